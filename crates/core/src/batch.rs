@@ -1,0 +1,99 @@
+//! [`Batch`]: named columns of a whole batch, each a few contiguous buffers.
+
+use crate::tensor::Tensor;
+
+/// A column of a batch.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Column {
+    /// Fixed-shape values: one `[B, ...]` tensor.
+    Tensor(Tensor),
+    /// Variable-length bytes or strings.
+    Var(VarColumn),
+}
+
+impl Column {
+    /// The tensor, if this is a fixed-shape column.
+    pub fn as_tensor(&self) -> Option<&Tensor> {
+        match self {
+            Column::Tensor(t) => Some(t),
+            Column::Var(_) => None,
+        }
+    }
+
+    /// Bytes of payload (what a consumer receives).
+    pub fn nbytes(&self) -> usize {
+        match self {
+            Column::Tensor(t) => t.as_bytes().len(),
+            Column::Var(v) => v.data.as_bytes().len() + v.offsets.as_bytes().len(),
+        }
+    }
+}
+
+/// Variable-length values as Arrow lays them out: `offsets` (`int64`, `[B + 1]`) into one
+/// contiguous `data` buffer (`uint8`); value `i` is `data[offsets[i]..offsets[i + 1]]`.
+#[derive(Debug)]
+pub struct VarColumn {
+    /// `int64 [B + 1]`, starting at 0.
+    pub offsets: Tensor,
+    /// `uint8 [total]`.
+    pub data: Tensor,
+    /// True when every value is UTF-8 text.
+    pub text: bool,
+}
+
+impl VarColumn {
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        self.offsets.numel().saturating_sub(1)
+    }
+
+    /// True when there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Value `i`.
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn get(&self, i: usize) -> &[u8] {
+        let off = self.offsets.as_slice::<i64>().expect("offsets are int64");
+        &self.data.as_bytes()[off[i] as usize..off[i + 1] as usize]
+    }
+}
+
+/// One batch as delivered to the consumer.
+#[derive(Debug)]
+pub struct Batch {
+    /// Named columns, in the order of the first sample's fields.
+    pub columns: Vec<(String, Column)>,
+    /// Global sample ids of the rows, in row order.
+    pub ids: Vec<u64>,
+    /// The epoch this batch belongs to.
+    pub epoch: u64,
+    /// Position of this batch within the rank's epoch (0-based).
+    pub index: u64,
+}
+
+impl Batch {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when the batch has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The column called `name`.
+    pub fn get(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+
+    /// Payload bytes of all columns.
+    pub fn nbytes(&self) -> usize {
+        self.columns.iter().map(|(_, c)| c.nbytes()).sum()
+    }
+}

@@ -1,0 +1,175 @@
+//! The error vocabulary. Variants are chosen by what the caller does next: fix the
+//! arguments ([`ConfigError`]), fix or skip the data ([`Error::Corrupt`]), check the path or
+//! retry ([`Error::Io`]), fix their own code ([`Error::Transform`], [`Error::WorkerPanicked`]),
+//! or use a matching checkpoint ([`StateError`]).
+
+use std::fmt;
+
+/// A result with chute's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A boxed error from user code (a transform) or a lower layer.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Where a sample came from, for error messages: its global index and, when known, its key
+/// and shard.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SampleRef {
+    /// Global sample id (position in the manifest's concatenated shards).
+    pub index: u64,
+    /// The sample's key (WebDataset key, record number...); empty when the format has none.
+    pub key: String,
+    /// The shard the sample lives in; empty when unknown.
+    pub shard: String,
+}
+
+impl fmt::Display for SampleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sample {}", self.index)?;
+        if !self.key.is_empty() {
+            write!(f, " (key {:?})", self.key)?;
+        }
+        if !self.shard.is_empty() {
+            write!(f, " in shard {}", self.shard)?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can go wrong while loading.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The operating system refused a read or an open: check the path, permissions or disk.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or URL.
+        path: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The data is malformed: the shard, the byte offset and what was wrong.
+    #[error("{uri} at byte {offset}: {reason}")]
+    Corrupt {
+        /// The shard.
+        uri: String,
+        /// Byte offset of the bad record or header in the shard.
+        offset: u64,
+        /// What was wrong and, where possible, what to do.
+        reason: String,
+    },
+    /// The loader's options are invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A checkpoint cannot be restored.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A transform returned an error for a sample.
+    #[error("transform failed on {sample}: {source}")]
+    Transform {
+        /// The sample being transformed.
+        sample: SampleRef,
+        /// The transform's error.
+        #[source]
+        source: BoxError,
+    },
+    /// Samples of one batch disagree in a way that prevents collating them.
+    #[error("cannot collate {sample}: {reason}")]
+    Collate {
+        /// The first sample that disagreed with the batch's first sample.
+        sample: SampleRef,
+        /// What differed, and what to do.
+        reason: String,
+    },
+    /// A worker thread panicked (in a transform or a reader) while handling a sample.
+    #[error("worker panicked on {sample}: {message}")]
+    WorkerPanicked {
+        /// The sample being handled.
+        sample: SampleRef,
+        /// The panic payload, when it was a string.
+        message: String,
+    },
+}
+
+impl Error {
+    /// An [`Error::Io`] for `path`.
+    pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// An [`Error::Corrupt`] for `uri` at `offset`.
+    pub fn corrupt(uri: impl Into<String>, offset: u64, reason: impl Into<String>) -> Self {
+        Error::Corrupt {
+            uri: uri.into(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Invalid options: the message names the option, the value received and the valid range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {option}: {reason}")]
+pub struct ConfigError {
+    /// The option, as the user spells it (`batch_size`, `rank`, ...).
+    pub option: String,
+    /// What was wrong with the value and what would be valid.
+    pub reason: String,
+}
+
+impl ConfigError {
+    /// A config error for `option`.
+    pub fn new(option: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError {
+            option: option.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A checkpoint that does not fit this loader.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The state was written by a format version this build does not know.
+    #[error(
+        "state format version {found} is not supported (this build reads version {supported}); \
+             resume with the chute release that wrote it"
+    )]
+    Version {
+        /// The version in the state.
+        found: u32,
+        /// The version this build writes and reads.
+        supported: u32,
+    },
+    /// The state was taken on another dataset.
+    #[error(
+        "state was taken on another dataset (fingerprint {found}, this loader's is {expected}); \
+             resume with the same shards, seq_len and sample counts"
+    )]
+    Dataset {
+        /// Fingerprint in the state.
+        found: String,
+        /// Fingerprint of this loader's manifest.
+        expected: String,
+    },
+    /// A field of the state does not match this loader's options.
+    #[error("state has {field} = {found}, but this loader has {expected}; {hint}")]
+    Mismatch {
+        /// The field (`seed`, `shuffle`, `world_size`, ...).
+        field: &'static str,
+        /// The value in the state.
+        found: String,
+        /// The loader's value.
+        expected: String,
+        /// What to do.
+        hint: &'static str,
+    },
+    /// The state could not be parsed.
+    #[error("state is not valid: {0}")]
+    Invalid(String),
+}

@@ -1,0 +1,51 @@
+//! chute's vocabulary: what every other layer speaks. No I/O, no threads.
+//!
+//! - [`Sample`] and [`Field`]: one example as named fields that borrow the source's bytes.
+//! - [`Tensor`], [`DType`], [`BufferPool`]: 64-byte-aligned, pooled, C-contiguous arrays.
+//! - [`Batch`] and [`Column`]: `[B, ...]` tensors and variable-length columns.
+//! - [`Manifest`]: shards with sample counts and sizes (JSON on disk).
+//! - [`Plan`] and [`Shuffle`]: the exact, pure order of samples a rank reads in an epoch.
+//! - [`State`]: a checkpoint as a position.
+//! - [`SampleRng`]: per-sample randomness seeded from (seed, epoch, index).
+//! - [`Error`], [`ConfigError`], [`StateError`]: variants by what the caller does next.
+//! - [`Source`]: random access to samples by global id.
+//!
+//! ```
+//! use chute_core::{Manifest, Plan, PlanConfig, ShardInfo, Shuffle};
+//!
+//! let manifest = Manifest::new("tokens", vec![
+//!     ShardInfo { path: "a.bin".into(), samples: 10, bytes: 20_500 },
+//!     ShardInfo { path: "b.bin".into(), samples: 7, bytes: 14_350 },
+//! ]);
+//! let cfg = PlanConfig { shuffle: Shuffle::Global, world_size: 2, rank: 1, batch_size: 4,
+//!                        ..Default::default() };
+//! let plan = Plan::new(&manifest, &cfg)?;
+//! assert_eq!(plan.len(), 9); // ceil(17 / 2): one sample repeated so both ranks get 9
+//! let ids: Vec<u64> = plan.iter().collect();
+//! assert!(ids.iter().all(|&id| id < 17));
+//! # Ok::<(), chute_core::ConfigError>(())
+//! ```
+
+mod batch;
+mod buffer;
+mod dtype;
+mod error;
+mod manifest;
+mod plan;
+mod rng;
+mod sample;
+mod source;
+mod state;
+mod tensor;
+
+pub use batch::{Batch, Column, VarColumn};
+pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
+pub use dtype::{DType, Element, cast_into, check_cast};
+pub use error::{BoxError, ConfigError, Error, Result, SampleRef, StateError};
+pub use manifest::{MANIFEST_VERSION, Manifest, ShardInfo};
+pub use plan::{Permutation, Plan, PlanConfig, Shuffle};
+pub use rng::{SampleRng, derive_key, mix64};
+pub use sample::{Array, Field, FieldName, Sample};
+pub use source::Source;
+pub use state::{STATE_VERSION, State};
+pub use tensor::Tensor;

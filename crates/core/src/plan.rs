@@ -1,0 +1,693 @@
+//! [`Plan`]: which samples a rank reads in an epoch, and in which order.
+//!
+//! The plan is a pure function of (manifest, seed, epoch, rank, world size, shuffle mode,
+//! batch size, drop_last, start). Every rank computes the same epoch order independently and
+//! takes its share of it, so ranks are disjoint, cover the epoch exactly once (plus the few
+//! repeats `drop_last = false` needs) and all get the same number of samples and batches.
+//!
+//! - **Epoch order.** A bijection from positions `[0, N)` to global sample ids. `none` is the
+//!   identity; `global` is a keyed Feistel network with cycle-walking, computed per position,
+//!   so a billion-sample shuffle allocates nothing; `block` shuffles the shard order and then
+//!   permutes samples within each window of `window` consecutive shards (memory: one word per
+//!   shard), for sources that stream shards.
+//! - **Rank split.** `none`/`global`: strided, like `torch.utils.data.DistributedSampler`
+//!   (rank `r` takes positions `r, r + W, r + 2W, ...`), so the samples the ranks have consumed
+//!   together are always a prefix of the epoch order and a checkpoint can be resumed on another
+//!   world size. `block`: contiguous (rank `r` takes the `r`-th slice), so each rank streams
+//!   only about `1/W` of the shards.
+//! - **Equal counts.** `drop_last = true`: each rank gets `floor(floor(R / W) / B)` full
+//!   batches and the rest is dropped. `false`: each rank gets `ceil(R / W)` samples (the last
+//!   batch may be short, equally on every rank), the missing `< W` positions repeating the first
+//!   positions of the order.
+//! - **start**: a global position where this split begins (0 normally; after an elastic resume,
+//!   the position the previous world size had reached). `R = N - start`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::ConfigError;
+use crate::manifest::Manifest;
+use crate::rng::{SampleRng, derive_key, mix64, tag};
+
+/// How an epoch's samples are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Shuffle {
+    /// Manifest order.
+    None,
+    /// A full random permutation of all samples, new each epoch (needs random access).
+    Global,
+    /// Shard order shuffled per epoch, samples shuffled within windows of `window` shards
+    /// (for streaming sources).
+    Block {
+        /// Shards per shuffle window (>= 1).
+        window: u32,
+    },
+}
+
+impl Shuffle {
+    /// Default shards per window of `block` mode.
+    pub const DEFAULT_WINDOW: u32 = 4;
+
+    /// `block` with the default window.
+    pub const fn block() -> Self {
+        Shuffle::Block {
+            window: Self::DEFAULT_WINDOW,
+        }
+    }
+}
+
+impl fmt::Display for Shuffle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shuffle::None => f.write_str("none"),
+            Shuffle::Global => f.write_str("global"),
+            Shuffle::Block { window } => write!(f, "block:{window}"),
+        }
+    }
+}
+
+impl FromStr for Shuffle {
+    type Err = ConfigError;
+
+    /// `none`, `global`, `block` or `block:W` (W shards per window). `true`/`false` are
+    /// accepted as `global`/`none`, as DataLoader users would write.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || {
+            ConfigError::new(
+                "shuffle",
+                format!("{s:?} is not a shuffle mode; use none, global, block or block:N (N >= 1)"),
+            )
+        };
+        match s.to_ascii_lowercase().as_str() {
+            "none" | "false" => Ok(Shuffle::None),
+            "global" | "true" => Ok(Shuffle::Global),
+            "block" => Ok(Shuffle::block()),
+            other => {
+                let w = other.strip_prefix("block:").ok_or_else(bad)?;
+                let window: u32 = w.parse().map_err(|_| bad())?;
+                if window == 0 {
+                    return Err(bad());
+                }
+                Ok(Shuffle::Block { window })
+            }
+        }
+    }
+}
+
+impl serde::Serialize for Shuffle {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Shuffle {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Everything besides the manifest that determines a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanConfig {
+    /// Seed of the run.
+    pub seed: u64,
+    /// Epoch number (the order changes every epoch when shuffling).
+    pub epoch: u64,
+    /// This rank, in `[0, world_size)`.
+    pub rank: u64,
+    /// Number of ranks (>= 1).
+    pub world_size: u64,
+    /// Ordering mode.
+    pub shuffle: Shuffle,
+    /// Samples per batch (>= 1).
+    pub batch_size: u64,
+    /// Drop the remainder (true) or pad by repeating samples (false).
+    pub drop_last: bool,
+    /// Global position in the epoch order where this split begins.
+    pub start: u64,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        PlanConfig {
+            seed: 0,
+            epoch: 0,
+            rank: 0,
+            world_size: 1,
+            shuffle: Shuffle::None,
+            batch_size: 1,
+            drop_last: false,
+            start: 0,
+        }
+    }
+}
+
+impl PlanConfig {
+    /// Checks ranges; the message names the option and the valid range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.world_size == 0 {
+            return Err(ConfigError::new("world_size", "must be at least 1, got 0"));
+        }
+        if self.rank >= self.world_size {
+            return Err(ConfigError::new(
+                "rank",
+                format!(
+                    "got {}, must be in [0, world_size) = [0, {})",
+                    self.rank, self.world_size
+                ),
+            ));
+        }
+        if self.batch_size == 0 {
+            return Err(ConfigError::new("batch_size", "must be at least 1, got 0"));
+        }
+        if let Shuffle::Block { window: 0 } = self.shuffle {
+            return Err(ConfigError::new(
+                "shuffle",
+                "block window must be at least 1 shard",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A keyed pseudo-random permutation of `[0, n)`: a balanced Feistel network over the
+/// smallest even-bit domain covering `n`, with cycle-walking for values that land outside.
+/// The domain is under `4n`, so a position takes fewer than 4 walks on average.
+#[derive(Debug, Clone)]
+pub struct Permutation {
+    n: u64,
+    half_bits: u32,
+    mask: u64,
+    keys: [u64; ROUNDS],
+}
+
+const ROUNDS: usize = 6;
+
+impl Permutation {
+    /// The permutation of `[0, n)` keyed by `key`.
+    pub fn new(n: u64, key: u64) -> Self {
+        let bits = if n <= 1 {
+            2
+        } else {
+            64 - (n - 1).leading_zeros()
+        };
+        let half_bits = bits.div_ceil(2).max(1);
+        let mask = if half_bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << half_bits) - 1
+        };
+        let mut keys = [0u64; ROUNDS];
+        for (i, k) in keys.iter_mut().enumerate() {
+            *k = derive_key(&[key, i as u64]);
+        }
+        Permutation {
+            n,
+            half_bits,
+            mask,
+            keys,
+        }
+    }
+
+    /// Size of the domain.
+    pub fn len(&self) -> u64 {
+        self.n
+    }
+
+    /// True for the permutation of the empty set.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    #[inline]
+    fn encrypt(&self, x: u64) -> u64 {
+        let (mut l, mut r) = (x >> self.half_bits, x & self.mask);
+        for &k in &self.keys {
+            let f = mix64(r ^ k) & self.mask;
+            (l, r) = (r, l ^ f);
+        }
+        (l << self.half_bits) | r
+    }
+
+    /// The image of `x`.
+    ///
+    /// # Panics
+    /// If `x >= n`.
+    #[inline]
+    pub fn apply(&self, x: u64) -> u64 {
+        assert!(x < self.n, "position {x} outside permutation of {}", self.n);
+        let mut y = self.encrypt(x);
+        // Cycle-walking: the Feistel network permutes the power-of-two domain, so following
+        // the cycle from x must come back into [0, n) (at the latest at x itself).
+        while y >= self.n {
+            y = self.encrypt(y);
+        }
+        y
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Order {
+    Identity,
+    Global(Permutation),
+    Block {
+        /// Shard ids in this epoch's shuffled order.
+        shards: Vec<u32>,
+        /// `prefix[i]`: position where the i-th shard of the shuffled order begins.
+        prefix: Vec<u64>,
+        /// Global id of each original shard's first sample.
+        starts: Vec<u64>,
+        window: usize,
+        key: u64,
+    },
+}
+
+/// The samples one rank reads in one epoch. Cheap to build; `get` is O(1) for `none` and
+/// `global`, O(log shards) for `block`.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    order: Order,
+    cfg: PlanConfig,
+    /// Samples in the epoch.
+    total: u64,
+    /// Positions in this split: total - start.
+    remaining: u64,
+    /// Samples this rank reads.
+    len: u64,
+    /// Contiguous slice length per rank (block mode).
+    per_rank: u64,
+}
+
+impl Plan {
+    /// The plan for `cfg` over `manifest`.
+    pub fn new(manifest: &Manifest, cfg: &PlanConfig) -> Result<Plan, ConfigError> {
+        cfg.validate()?;
+        let total = manifest.total_samples();
+        if cfg.start > total {
+            return Err(ConfigError::new(
+                "start",
+                format!(
+                    "position {} is past the epoch's {} samples",
+                    cfg.start, total
+                ),
+            ));
+        }
+        let remaining = total - cfg.start;
+        let w = cfg.world_size;
+        let (len, per_rank) = if cfg.drop_last {
+            let per = remaining / w;
+            (per / cfg.batch_size * cfg.batch_size, per)
+        } else {
+            let per = remaining.div_ceil(w);
+            (per, per)
+        };
+        let order = match cfg.shuffle {
+            Shuffle::None => Order::Identity,
+            Shuffle::Global => Order::Global(Permutation::new(
+                total,
+                derive_key(&[cfg.seed, cfg.epoch, tag::GLOBAL]),
+            )),
+            Shuffle::Block { window } => {
+                let n = manifest.shards.len();
+                let mut shards: Vec<u32> = (0..n as u32).collect();
+                let mut rng = SampleRng::from_key(derive_key(&[cfg.seed, cfg.epoch, tag::SHARDS]));
+                for i in (1..n).rev() {
+                    let j = rng.below(i as u64 + 1) as usize;
+                    shards.swap(i, j);
+                }
+                let mut prefix = Vec::with_capacity(n + 1);
+                let mut acc = 0;
+                prefix.push(0);
+                for &s in &shards {
+                    acc += manifest.shards[s as usize].samples;
+                    prefix.push(acc);
+                }
+                let starts = (0..n).map(|i| manifest.shard_start(i)).collect();
+                Order::Block {
+                    shards,
+                    prefix,
+                    starts,
+                    window: window as usize,
+                    key: derive_key(&[cfg.seed, cfg.epoch, tag::WINDOW]),
+                }
+            }
+        };
+        Ok(Plan {
+            order,
+            cfg: cfg.clone(),
+            total,
+            remaining,
+            len,
+            per_rank,
+        })
+    }
+
+    /// The configuration this plan was built from.
+    pub fn config(&self) -> &PlanConfig {
+        &self.cfg
+    }
+
+    /// Samples in the whole epoch (all ranks, before dropping or padding).
+    pub fn epoch_samples(&self) -> u64 {
+        self.total
+    }
+
+    /// Samples this rank reads in this epoch (equal on every rank).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when this rank reads nothing this epoch.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Batches this rank delivers in this epoch (equal on every rank).
+    pub fn num_batches(&self) -> u64 {
+        self.len.div_ceil(self.cfg.batch_size)
+    }
+
+    /// True when ranks take contiguous slices (block mode) rather than strided positions.
+    pub fn is_contiguous(&self) -> bool {
+        matches!(self.order, Order::Block { .. })
+    }
+
+    /// The global position (in the epoch order) of this rank's `i`-th sample, before padding
+    /// wraps it; `>= epoch_samples()` for a padding position.
+    fn position(&self, i: u64) -> u64 {
+        if self.is_contiguous() {
+            self.cfg.start + self.cfg.rank * self.per_rank + i
+        } else {
+            self.cfg.start + i * self.cfg.world_size + self.cfg.rank
+        }
+    }
+
+    /// Global sample id of this rank's `i`-th sample.
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    #[inline]
+    pub fn get(&self, i: u64) -> u64 {
+        assert!(
+            i < self.len,
+            "sample {i} of a plan with {} samples",
+            self.len
+        );
+        let mut p = self.position(i);
+        if p >= self.total {
+            // Padding: repeat the first positions of this split, deterministically.
+            p = self.cfg.start + (p - self.total) % self.remaining;
+        }
+        self.order_at(p)
+    }
+
+    /// The global sample id at position `p` of the epoch order (all ranks).
+    ///
+    /// # Panics
+    /// If `p >= epoch_samples()`.
+    #[inline]
+    pub fn order_at(&self, p: u64) -> u64 {
+        assert!(p < self.total, "position {p} of an epoch of {}", self.total);
+        match &self.order {
+            Order::Identity => p,
+            Order::Global(perm) => perm.apply(p),
+            Order::Block {
+                shards,
+                prefix,
+                starts,
+                window,
+                key,
+            } => {
+                // The window holding p, its span of positions, and p's place inside it.
+                let k = prefix.partition_point(|&x| x <= p) - 1;
+                let w = k / window;
+                let first = w * window;
+                let last = (first + window).min(shards.len());
+                let (lo, hi) = (prefix[first], prefix[last]);
+                let q = Permutation::new(hi - lo, derive_key(&[*key, w as u64])).apply(p - lo);
+                let pos = lo + q;
+                let j = first + prefix[first..=last].partition_point(|&x| x <= pos) - 1;
+                starts[shards[j] as usize] + (pos - prefix[j])
+            }
+        }
+    }
+
+    /// This rank's sample ids in order.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len).map(|i| self.get(i))
+    }
+
+    /// The shards this rank touches, in the order it first reads them (block mode: a
+    /// contiguous run of the shuffled shard order). Useful for streaming read-ahead.
+    pub fn shard_order(&self, manifest: &Manifest) -> Vec<usize> {
+        let mut seen = vec![false; manifest.shards.len()];
+        let mut out = Vec::new();
+        for id in self.iter() {
+            if let Some((s, _)) = manifest.locate(id)
+                && !seen[s]
+            {
+                seen[s] = true;
+                out.push(s);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::manifest::ShardInfo;
+
+    fn manifest(counts: &[u64]) -> Manifest {
+        Manifest::new(
+            "test",
+            counts
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| ShardInfo {
+                    path: format!("s{i}"),
+                    samples: n,
+                    bytes: n,
+                })
+                .collect(),
+        )
+    }
+
+    fn shuffle_modes() -> impl Strategy<Value = Shuffle> {
+        prop_oneof![
+            Just(Shuffle::None),
+            Just(Shuffle::Global),
+            (1u32..5).prop_map(|window| Shuffle::Block { window }),
+        ]
+    }
+
+    #[test]
+    fn permutation_is_a_bijection() {
+        for n in [0u64, 1, 2, 3, 5, 16, 17, 1000, 4097] {
+            let p = Permutation::new(n, 99);
+            let mut seen = vec![false; n as usize];
+            for x in 0..n {
+                let y = p.apply(x);
+                assert!(!seen[y as usize], "n={n}: {y} hit twice");
+                seen[y as usize] = true;
+            }
+        }
+    }
+
+    #[test]
+    fn billion_sample_shuffle_needs_no_memory() {
+        let m = manifest(&[1_000_000_000]);
+        let cfg = PlanConfig {
+            shuffle: Shuffle::Global,
+            batch_size: 1,
+            ..Default::default()
+        };
+        let plan = Plan::new(&m, &cfg).unwrap();
+        assert!(size_of_val(&plan) < 512);
+        let first: Vec<u64> = (0..5).map(|i| plan.get(i)).collect();
+        assert!(first.iter().all(|&x| x < 1_000_000_000));
+        assert_ne!(first, [0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn shuffle_changes_with_epoch_and_seed() {
+        let m = manifest(&[100, 100]);
+        for shuffle in [Shuffle::Global, Shuffle::block()] {
+            let ids = |seed, epoch| {
+                let cfg = PlanConfig {
+                    seed,
+                    epoch,
+                    shuffle,
+                    ..Default::default()
+                };
+                Plan::new(&m, &cfg).unwrap().iter().collect::<Vec<_>>()
+            };
+            assert_eq!(ids(1, 0), ids(1, 0));
+            assert_ne!(ids(1, 0), ids(1, 1));
+            assert_ne!(ids(1, 0), ids(2, 0));
+        }
+    }
+
+    #[test]
+    fn block_mode_keeps_windows_of_shards_together() {
+        let m = manifest(&[10; 8]);
+        let cfg = PlanConfig {
+            shuffle: Shuffle::Block { window: 2 },
+            ..Default::default()
+        };
+        let plan = Plan::new(&m, &cfg).unwrap();
+        let ids: Vec<u64> = plan.iter().collect();
+        for chunk in ids.chunks(20) {
+            let mut shards: Vec<u64> = chunk.iter().map(|id| id / 10).collect();
+            shards.sort();
+            shards.dedup();
+            assert_eq!(
+                shards.len(),
+                2,
+                "a window spans exactly two shards: {chunk:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn block_mode_ranks_read_about_their_share_of_shards() {
+        let m = manifest(&[100; 16]);
+        for rank in 0..4 {
+            let cfg = PlanConfig {
+                shuffle: Shuffle::block(),
+                rank,
+                world_size: 4,
+                ..Default::default()
+            };
+            let plan = Plan::new(&m, &cfg).unwrap();
+            assert_eq!(plan.shard_order(&m).len(), 4);
+        }
+    }
+
+    #[test]
+    fn config_errors_name_the_option() {
+        let m = manifest(&[10]);
+        let bad = PlanConfig {
+            rank: 3,
+            world_size: 2,
+            ..Default::default()
+        };
+        let e = Plan::new(&m, &bad).unwrap_err();
+        assert_eq!(e.option, "rank");
+        assert!(e.to_string().contains("[0, 2)"), "{e}");
+        let e = Plan::new(
+            &m,
+            &PlanConfig {
+                batch_size: 0,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(e.option, "batch_size");
+        assert_eq!(
+            "block:3".parse::<Shuffle>().unwrap(),
+            Shuffle::Block { window: 3 }
+        );
+        assert!("bloc".parse::<Shuffle>().is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Ranks are disjoint, cover the epoch exactly once (plus the fewest repeats), and
+        /// get equal sample and batch counts.
+        #[test]
+        fn ranks_partition_the_epoch(
+            counts in prop::collection::vec(0u64..40, 1..8),
+            world_size in 1u64..7,
+            batch_size in 1u64..9,
+            drop_last: bool,
+            shuffle in shuffle_modes(),
+            seed: u64,
+            epoch in 0u64..3,
+        ) {
+            let m = manifest(&counts);
+            let n = m.total_samples();
+            let mut hits: HashMap<u64, u64> = HashMap::new();
+            let mut lens = Vec::new();
+            let mut batches = Vec::new();
+            for rank in 0..world_size {
+                let cfg = PlanConfig {
+                    seed, epoch, rank, world_size, shuffle, batch_size, drop_last, start: 0,
+                };
+                let plan = Plan::new(&m, &cfg).unwrap();
+                lens.push(plan.len());
+                batches.push(plan.num_batches());
+                for id in plan.iter() {
+                    prop_assert!(id < n);
+                    *hits.entry(id).or_default() += 1;
+                }
+            }
+            prop_assert!(lens.iter().all(|&l| l == lens[0]), "unequal samples {lens:?}");
+            prop_assert!(batches.iter().all(|&b| b == batches[0]), "unequal batches {batches:?}");
+            let delivered: u64 = lens.iter().sum();
+            if drop_last {
+                // Every sample at most once; only the remainder dropped.
+                prop_assert!(hits.values().all(|&c| c == 1));
+                prop_assert!(n - delivered < world_size * batch_size);
+                prop_assert!(lens[0] % batch_size == 0);
+            } else {
+                // Every sample at least once; the fewest repeats that equalise the ranks.
+                prop_assert_eq!(hits.len() as u64, n);
+                prop_assert_eq!(delivered, n.div_ceil(world_size) * world_size);
+                let extra: u64 = hits.values().map(|&c| c - 1).sum();
+                prop_assert!(extra < world_size);
+            }
+        }
+
+        /// Consumed positions are a prefix of the epoch order under the strided split, so
+        /// continuing from `start` on another world size reads exactly the rest.
+        #[test]
+        fn elastic_continuation_reads_the_rest(
+            n in 1u64..200,
+            w1 in 1u64..5,
+            w2 in 1u64..5,
+            delivered_frac in 0.0f64..1.0,
+            global: bool,
+            seed: u64,
+        ) {
+            let m = manifest(&[n]);
+            let shuffle = if global { Shuffle::Global } else { Shuffle::None };
+            let base = PlanConfig { seed, shuffle, world_size: w1, drop_last: true, ..Default::default() };
+            let per = Plan::new(&m, &base).unwrap().len();
+            let d = (per as f64 * delivered_frac) as u64;
+            let mut seen: Vec<u64> = Vec::new();
+            for rank in 0..w1 {
+                let plan = Plan::new(&m, &PlanConfig { rank, ..base.clone() }).unwrap();
+                seen.extend((0..d).map(|i| plan.get(i)));
+            }
+            let start = d * w1;
+            for rank in 0..w2 {
+                let cfg = PlanConfig { rank, world_size: w2, start, drop_last: false, ..base.clone() };
+                seen.extend(Plan::new(&m, &cfg).unwrap().iter());
+            }
+            seen.sort();
+            let before = seen.len();
+            seen.dedup();
+            prop_assert_eq!(seen.len() as u64, n, "every sample read");
+            prop_assert!((before - seen.len()) < w2 as usize, "only padding repeats");
+        }
+
+        #[test]
+        fn permutation_is_bijective(n in 0u64..3000, key: u64) {
+            let p = Permutation::new(n, key);
+            let mut seen = vec![false; n as usize];
+            for x in 0..n {
+                let y = p.apply(x) as usize;
+                prop_assert!(!seen[y]);
+                seen[y] = true;
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! [`Sample`]: one training example as named fields that borrow the source's bytes.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+use crate::dtype::DType;
+
+/// A field name. Static names cost nothing per sample; names read from data are owned.
+pub type FieldName = Cow<'static, str>;
+
+/// One training example: its global index, its key and named fields.
+///
+/// Fields hold [`Bytes`], so a field read from a memory map or a record buffer is a view,
+/// not a copy; the batcher copies each field once, into the batch buffer.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    /// Global sample id: the position in the manifest's concatenated shards.
+    pub index: u64,
+    /// The sample's key (WebDataset key, ...), empty when the format has none.
+    pub key: String,
+    /// Named fields, in the order the format yields them.
+    pub fields: Vec<(FieldName, Field)>,
+}
+
+impl Sample {
+    /// An empty sample with the given global index.
+    pub fn new(index: u64) -> Self {
+        Sample {
+            index,
+            key: String::new(),
+            fields: Vec::new(),
+        }
+    }
+
+    /// Adds a field (builder style).
+    pub fn with(mut self, name: impl Into<FieldName>, field: Field) -> Self {
+        self.fields.push((name.into(), field));
+        self
+    }
+
+    /// The field called `name`.
+    pub fn get(&self, name: &str) -> Option<&Field> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, f)| f)
+    }
+
+    /// The field called `name`, mutably.
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Field> {
+        self.fields
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .map(|(_, f)| f)
+    }
+
+    /// Sets `name` to `field`, replacing any field of that name.
+    pub fn set(&mut self, name: impl Into<FieldName>, field: Field) {
+        let name = name.into();
+        match self.get_mut(&name) {
+            Some(slot) => *slot = field,
+            None => self.fields.push((name, field)),
+        }
+    }
+
+    /// Removes and returns the field called `name`.
+    pub fn remove(&mut self, name: &str) -> Option<Field> {
+        let i = self.fields.iter().position(|(n, _)| n == name)?;
+        Some(self.fields.remove(i).1)
+    }
+}
+
+/// A field's value.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Field {
+    /// Opaque bytes (an encoded image, a serialized record): collated into a variable-length
+    /// bytes column.
+    Bytes(Bytes),
+    /// UTF-8 text: collated into a variable-length string column.
+    Text(Bytes),
+    /// A fixed-shape numeric array: collated into a `[B, ...shape]` tensor column.
+    Array(Array),
+}
+
+/// A numeric array inside a sample: little-endian elements of `dtype` in `data` (no
+/// alignment required, so it can be a slice of a memory map), C order.
+///
+/// `cast` asks the batcher to convert while collating (`u16` tokens to `int64`, say), so the
+/// conversion costs no extra pass and no intermediate buffer.
+#[derive(Debug, Clone)]
+pub struct Array {
+    /// Element type of `data`.
+    pub dtype: DType,
+    /// Shape, C order.
+    pub shape: Vec<usize>,
+    /// `product(shape) * dtype.size()` bytes.
+    pub data: Bytes,
+    /// Output dtype in the batch, if different from `dtype`.
+    pub cast: Option<DType>,
+}
+
+impl Array {
+    /// An array over `data`.
+    ///
+    /// # Panics
+    /// If `data` does not hold exactly `product(shape)` elements.
+    pub fn new(dtype: DType, shape: Vec<usize>, data: Bytes) -> Self {
+        let want = shape.iter().product::<usize>() * dtype.size();
+        assert_eq!(
+            data.len(),
+            want,
+            "array data of {} bytes for {dtype} {shape:?}",
+            data.len()
+        );
+        Array {
+            dtype,
+            shape,
+            data,
+            cast: None,
+        }
+    }
+
+    /// A scalar `int64` (a class label, say).
+    pub fn scalar_i64(v: i64) -> Self {
+        Array::new(
+            DType::I64,
+            Vec::new(),
+            Bytes::copy_from_slice(&v.to_le_bytes()),
+        )
+    }
+
+    /// The dtype this array will have in the batch.
+    pub fn out_dtype(&self) -> DType {
+        self.cast.unwrap_or(self.dtype)
+    }
+
+    /// Bytes this array occupies in the batch.
+    pub fn out_len(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.out_dtype().size()
+    }
+}
