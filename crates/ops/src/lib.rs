@@ -1,1 +1,27 @@
-//! placeholder
+//! chute's sample transforms, run on the loader's worker threads.
+//!
+//! - [`Transform`]: the trait (closures implement it), with its randomness contract.
+//! - [`Compose`]: several transforms in order.
+//! - [`Cast`], [`Select`], [`Rename`]: field-level conveniences. `Cast` is fused into
+//!   collation, so `u16` tokens become `int64` in the batch without an extra pass.
+//!
+//! Image, npy, JSON and text decoders and augmentations land here next.
+//!
+//! ```
+//! use chute_core::{Array, BoxError, DType, Field, Sample, SampleRng};
+//! use chute_ops::{Cast, Compose, Transform};
+//!
+//! let t = Compose::new()
+//!     .then(Cast::new("tokens", DType::I64))
+//!     .then(|s: &mut Sample, rng: &mut SampleRng| -> Result<(), BoxError> {
+//!         if rng.chance(0.5) { s.key.push_str("-flipped"); }
+//!         Ok(())
+//!     });
+//! let mut s = Sample::new(0).with("tokens",
+//!     Field::Array(Array::new(DType::U16, vec![1], bytes::Bytes::from_static(&[7, 0]))));
+//! t.apply(&mut s, &mut SampleRng::for_sample(1, 0, 0)).unwrap();
+//! ```
+
+mod transform;
+
+pub use transform::{Cast, Compose, Rename, Select, Transform};

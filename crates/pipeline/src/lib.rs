@@ -1,1 +1,45 @@
-//! placeholder
+//! chute's engine: plan-driven parallel workers, a batcher writing into pooled buffers,
+//! bounded prefetch and a resumable [`Loader`].
+//!
+//! ```text
+//! Plan (pure) -> workers: read -> transform -> collate (one batch each, in parallel)
+//!             -> ring of workers + prefetch slots, taken in batch order -> Loader::next()
+//! ```
+//!
+//! - [`Loader`] / [`LoaderBuilder`]: the iterator over batches; `state()` / `restore()`.
+//! - [`StatsSnapshot`]: per-stage busy time and items, the consumer's wait, throughput.
+//! - [`check`]: reusable conformance checks (resume from every batch, worker/prefetch
+//!   matrix) that any source and transform chain can be run through.
+//!
+//! ```
+//! use chute_core::{Array, DType, Error, Field, Manifest, Sample, ShardInfo, Shuffle, Source};
+//! use chute_pipeline::Loader;
+//!
+//! struct Squares(Manifest);
+//! impl Source for Squares {
+//!     fn manifest(&self) -> &Manifest { &self.0 }
+//!     fn read(&self, id: u64) -> Result<Sample, Error> {
+//!         let v = (id * id).to_le_bytes().to_vec();
+//!         Ok(Sample::new(id).with("x", Field::Array(Array::new(DType::U64, vec![], v.into()))))
+//!     }
+//! }
+//! let manifest = Manifest::new("squares", vec![ShardInfo { path: "s".into(), samples: 10, bytes: 80 }]);
+//! let mut loader = Loader::builder(Squares(manifest))
+//!     .batch_size(4).shuffle(Shuffle::Global).seed(1).num_workers(2).build()?;
+//! let mut seen = 0;
+//! for batch in &mut loader {
+//!     let batch = batch?;
+//!     seen += batch.len();
+//! }
+//! assert_eq!(seen, 10);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod check;
+mod collate;
+mod loader;
+mod stats;
+mod workers;
+
+pub use loader::{Loader, LoaderBuilder, LoaderOptions};
+pub use stats::{StageStats, StatsSnapshot};

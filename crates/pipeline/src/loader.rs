@@ -1,0 +1,449 @@
+//! [`Loader`] and [`LoaderBuilder`]: the public face of the engine.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use chute_core::{
+    Batch, BufferPool, ConfigError, Error, Plan, PlanConfig, STATE_VERSION, Shuffle, Source, State,
+    StateError,
+};
+use chute_ops::{Compose, Transform};
+
+use crate::stats::{Stats, StatsSnapshot};
+use crate::workers::{Job, Run};
+
+/// Options of a [`Loader`], with `torch.utils.data.DataLoader`'s names and meanings where
+/// they exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoaderOptions {
+    /// Samples per batch. Default 1.
+    pub batch_size: usize,
+    /// Ordering mode. Default [`Shuffle::None`].
+    pub shuffle: Shuffle,
+    /// Seed of the run (orders and per-sample RNGs). Default 0.
+    pub seed: u64,
+    /// Worker threads; 0 builds batches in the consumer's thread. Default 0.
+    pub num_workers: usize,
+    /// Finished batches allowed to wait for the consumer, on top of one being built per
+    /// worker. Default 2.
+    pub prefetch: usize,
+    /// Drop the last incomplete batch (true) or deliver it short (false). Default false.
+    pub drop_last: bool,
+    /// This process's rank. Default 0.
+    pub rank: u64,
+    /// Number of ranks. Default 1.
+    pub world_size: u64,
+    /// First epoch. Default 0.
+    pub epoch: u64,
+}
+
+impl Default for LoaderOptions {
+    fn default() -> Self {
+        LoaderOptions {
+            batch_size: 1,
+            shuffle: Shuffle::None,
+            seed: 0,
+            num_workers: 0,
+            prefetch: 2,
+            drop_last: false,
+            rank: 0,
+            world_size: 1,
+            epoch: 0,
+        }
+    }
+}
+
+/// Builds a [`Loader`]; `build()` checks every option.
+pub struct LoaderBuilder {
+    source: Arc<dyn Source>,
+    options: LoaderOptions,
+    transforms: Compose,
+}
+
+impl fmt::Debug for LoaderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoaderBuilder")
+            .field("options", &self.options)
+            .field("transforms", &self.transforms)
+            .finish()
+    }
+}
+
+impl LoaderBuilder {
+    /// Samples per batch.
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.options.batch_size = n;
+        self
+    }
+
+    /// Ordering mode.
+    pub fn shuffle(mut self, s: Shuffle) -> Self {
+        self.options.shuffle = s;
+        self
+    }
+
+    /// Seed of the run.
+    pub fn seed(mut self, s: u64) -> Self {
+        self.options.seed = s;
+        self
+    }
+
+    /// Worker threads (0: build batches in the consumer's thread).
+    pub fn num_workers(mut self, n: usize) -> Self {
+        self.options.num_workers = n;
+        self
+    }
+
+    /// Finished batches allowed to wait for the consumer.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.options.prefetch = n;
+        self
+    }
+
+    /// Drop the last incomplete batch.
+    pub fn drop_last(mut self, d: bool) -> Self {
+        self.options.drop_last = d;
+        self
+    }
+
+    /// This process's rank and the number of ranks.
+    pub fn distributed(mut self, rank: u64, world_size: u64) -> Self {
+        self.options.rank = rank;
+        self.options.world_size = world_size;
+        self
+    }
+
+    /// First epoch.
+    pub fn epoch(mut self, e: u64) -> Self {
+        self.options.epoch = e;
+        self
+    }
+
+    /// All options at once.
+    pub fn options(mut self, o: LoaderOptions) -> Self {
+        self.options = o;
+        self
+    }
+
+    /// Appends a transform (run in order, on the workers).
+    pub fn transform(mut self, t: impl Transform) -> Self {
+        self.transforms.push(Arc::new(t));
+        self
+    }
+
+    /// Appends a shared transform.
+    pub fn transform_arc(mut self, t: Arc<dyn Transform>) -> Self {
+        self.transforms.push(t);
+        self
+    }
+
+    /// Checks the options and builds the loader. No thread starts until the first `next()`.
+    pub fn build(self) -> Result<Loader, ConfigError> {
+        let o = &self.options;
+        if o.batch_size == 0 {
+            return Err(ConfigError::new("batch_size", "must be at least 1, got 0"));
+        }
+        if o.prefetch == 0 && o.num_workers > 0 {
+            return Err(ConfigError::new(
+                "prefetch",
+                "must be at least 1 when num_workers > 0 (it is the depth of the ready queue)",
+            ));
+        }
+        if o.num_workers > 1024 {
+            return Err(ConfigError::new(
+                "num_workers",
+                format!(
+                    "{} threads is more than 1024; use about one per core",
+                    o.num_workers
+                ),
+            ));
+        }
+        let loader = Loader {
+            plan_cfg: PlanConfig {
+                seed: o.seed,
+                epoch: o.epoch,
+                rank: o.rank,
+                world_size: o.world_size,
+                shuffle: o.shuffle,
+                batch_size: o.batch_size as u64,
+                drop_last: o.drop_last,
+                start: 0,
+            },
+            transform: (!self.transforms.is_empty())
+                .then(|| Arc::new(self.transforms) as Arc<dyn Transform>),
+            fingerprint: self.source.manifest().fingerprint(),
+            source: self.source,
+            options: self.options,
+            delivered: 0,
+            pool: BufferPool::new(64),
+            stats: Arc::new(Stats::new()),
+            run: None,
+        };
+        // Validates rank/world_size/shuffle against the manifest up front.
+        loader.plan()?;
+        Ok(loader)
+    }
+}
+
+/// A deterministic, resumable, parallel batch loader over a [`Source`].
+///
+/// Iterating yields the batches of the current epoch, then `None` once, after which the
+/// loader stands at the start of the next epoch (so `for batch in &mut loader` is one epoch).
+/// The stream is a pure function of the source's manifest and the options: identical for any
+/// `num_workers` and `prefetch`.
+///
+/// An error from `next()` concerns one batch (named sample and reason); that batch is
+/// skipped and iteration may continue, as with PyTorch's DataLoader.
+pub struct Loader {
+    source: Arc<dyn Source>,
+    transform: Option<Arc<dyn Transform>>,
+    options: LoaderOptions,
+    fingerprint: String,
+    /// Epoch, seed, rank split and `start` of the current epoch.
+    plan_cfg: PlanConfig,
+    /// Samples delivered in the current epoch's split.
+    delivered: u64,
+    pool: BufferPool,
+    stats: Arc<Stats>,
+    run: Option<Run>,
+}
+
+impl fmt::Debug for Loader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loader")
+            .field("options", &self.options)
+            .field("epoch", &self.plan_cfg.epoch)
+            .field("delivered", &self.delivered)
+            .finish()
+    }
+}
+
+impl Loader {
+    /// A builder over `source`.
+    pub fn builder(source: impl Source) -> LoaderBuilder {
+        Self::builder_arc(Arc::new(source))
+    }
+
+    /// A builder over a shared source.
+    pub fn builder_arc(source: Arc<dyn Source>) -> LoaderBuilder {
+        LoaderBuilder {
+            source,
+            options: LoaderOptions::default(),
+            transforms: Compose::new(),
+        }
+    }
+
+    /// The options the loader was built with.
+    pub fn options(&self) -> &LoaderOptions {
+        &self.options
+    }
+
+    /// The source.
+    pub fn source(&self) -> &Arc<dyn Source> {
+        &self.source
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u64 {
+        self.plan_cfg.epoch
+    }
+
+    /// The current epoch's plan for this rank.
+    pub fn plan(&self) -> Result<Plan, ConfigError> {
+        Plan::new(self.source.manifest(), &self.plan_cfg)
+    }
+
+    /// Batches per epoch on this rank (a full epoch, from the start).
+    pub fn len(&self) -> usize {
+        let cfg = PlanConfig {
+            start: 0,
+            ..self.plan_cfg.clone()
+        };
+        Plan::new(self.source.manifest(), &cfg)
+            .map(|p| p.num_batches() as usize)
+            .unwrap_or(0)
+    }
+
+    /// True when an epoch has no batches on this rank.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Moves to the start of epoch `epoch`. Setting the epoch the loader is already in keeps
+    /// its position, so `set_epoch(e)` at the top of an epoch loop is safe after a restore.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        if epoch != self.plan_cfg.epoch {
+            self.run = None;
+            self.plan_cfg.epoch = epoch;
+            self.plan_cfg.start = 0;
+            self.delivered = 0;
+        }
+    }
+
+    /// The loader's position as of the last batch delivered. After the last batch of an epoch
+    /// it is the start of the next epoch.
+    pub fn state(&self) -> State {
+        let (mut epoch, mut start, mut delivered) =
+            (self.plan_cfg.epoch, self.plan_cfg.start, self.delivered);
+        if self.plan().map(|p| delivered >= p.len()).unwrap_or(false) {
+            (epoch, start, delivered) = (epoch + 1, 0, 0);
+        }
+        State {
+            version: STATE_VERSION,
+            dataset: self.fingerprint.clone(),
+            seed: self.plan_cfg.seed,
+            epoch,
+            start,
+            delivered,
+            world_size: self.plan_cfg.world_size,
+            shuffle: self.plan_cfg.shuffle,
+        }
+    }
+
+    /// Continues from `state`: the next batch is the one that followed the state's last
+    /// delivered batch. Refuses states of another dataset, version, seed or shuffle mode.
+    ///
+    /// A state taken with another world size continues from the same global position when
+    /// ranks take strided shares (`none`/`global` shuffle): the samples the old ranks had not
+    /// read are split among the new ones. `block` shuffle gives ranks contiguous slices, so a
+    /// world-size change is refused there.
+    pub fn restore(&mut self, state: &State) -> Result<(), StateError> {
+        if state.version != STATE_VERSION {
+            return Err(StateError::Version {
+                found: state.version,
+                supported: STATE_VERSION,
+            });
+        }
+        if state.dataset != self.fingerprint {
+            return Err(StateError::Dataset {
+                found: state.dataset.clone(),
+                expected: self.fingerprint.clone(),
+            });
+        }
+        if state.seed != self.plan_cfg.seed {
+            return Err(StateError::Mismatch {
+                field: "seed",
+                found: state.seed.to_string(),
+                expected: self.plan_cfg.seed.to_string(),
+                hint: "build the loader with the seed the state was taken with",
+            });
+        }
+        if state.shuffle != self.plan_cfg.shuffle {
+            return Err(StateError::Mismatch {
+                field: "shuffle",
+                found: state.shuffle.to_string(),
+                expected: self.plan_cfg.shuffle.to_string(),
+                hint: "build the loader with the shuffle mode the state was taken with",
+            });
+        }
+        let (start, delivered) = if state.world_size == self.plan_cfg.world_size {
+            (state.start, state.delivered)
+        } else if matches!(state.shuffle, Shuffle::Block { .. }) {
+            return Err(StateError::Mismatch {
+                field: "world_size",
+                found: state.world_size.to_string(),
+                expected: self.plan_cfg.world_size.to_string(),
+                hint: "block shuffle splits shards contiguously among ranks, so it resumes only \
+                       on the same world size (use global shuffle for elastic resumes)",
+            });
+        } else {
+            (
+                state
+                    .start
+                    .saturating_add(state.delivered.saturating_mul(state.world_size)),
+                0,
+            )
+        };
+        let total = self.source.manifest().total_samples();
+        self.run = None;
+        self.plan_cfg.epoch = state.epoch;
+        if start >= total {
+            // The old ranks had read everything: the epoch is over.
+            (self.plan_cfg.epoch, self.plan_cfg.start, self.delivered) = (state.epoch + 1, 0, 0);
+            return Ok(());
+        }
+        self.plan_cfg.start = start;
+        let len = self
+            .plan()
+            .map_err(|e| StateError::Invalid(e.to_string()))?
+            .len();
+        if delivered > len {
+            return Err(StateError::Invalid(format!(
+                "delivered = {delivered} is past this rank's {len} samples of epoch {}",
+                state.epoch
+            )));
+        }
+        self.delivered = delivered;
+        Ok(())
+    }
+
+    /// Figures since the loader was built.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    fn start_run(&mut self) -> Result<(), Error> {
+        let plan = self.plan()?;
+        let job = Job {
+            source: Arc::clone(&self.source),
+            transform: self.transform.clone(),
+            first: self.delivered,
+            plan,
+            batch_size: self.options.batch_size as u64,
+            seed: self.plan_cfg.seed,
+            epoch: self.plan_cfg.epoch,
+            pool: self.pool.clone(),
+            stats: Arc::clone(&self.stats),
+            cancel: AtomicBool::new(false),
+        };
+        self.run = Some(Run::start(
+            job,
+            self.options.num_workers,
+            self.options.prefetch,
+        ));
+        Ok(())
+    }
+
+    /// Ends the epoch: `None` once, then the loader stands at the next epoch.
+    fn end_epoch(&mut self) -> Option<Result<Batch, Error>> {
+        self.run = None;
+        self.plan_cfg.epoch += 1;
+        self.plan_cfg.start = 0;
+        self.delivered = 0;
+        None
+    }
+}
+
+impl Iterator for Loader {
+    type Item = Result<Batch, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let t0 = Instant::now();
+        if self.run.is_none() {
+            match self.plan() {
+                Ok(p) if self.delivered >= p.len() => return self.end_epoch(),
+                Ok(_) => {}
+                Err(e) => return Some(Err(e.into())),
+            }
+            if let Err(e) = self.start_run() {
+                return Some(Err(e));
+            }
+        }
+        let run = self.run.as_mut().expect("run started above");
+        let Some((b, result)) = run.next() else {
+            return self.end_epoch();
+        };
+        // A failed batch is consumed too (as in PyTorch), so the position stays exact.
+        self.delivered = run.job().batch_range(b).1;
+        match &result {
+            Ok(batch) => self
+                .stats
+                .delivered(batch.len() as u64, batch.nbytes() as u64),
+            Err(_) => self.stats.failed(),
+        }
+        self.stats.waited(t0.elapsed());
+        Some(result)
+    }
+}

@@ -1,0 +1,321 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use chute_core::{BoxError, Column, Error, Sample, SampleRng, Shuffle};
+use chute_pipeline::Loader;
+use chute_pipeline::check::{check_matrix, run_to_end};
+
+use crate::support::{Synthetic, noise};
+
+const MODES: [Shuffle; 4] = [
+    Shuffle::None,
+    Shuffle::Global,
+    Shuffle::Block { window: 2 },
+    Shuffle::Block { window: 1 },
+];
+
+#[test]
+fn stream_is_identical_for_every_worker_count_and_prefetch_depth() {
+    for shuffle in MODES {
+        for drop_last in [false, true] {
+            let make = |w: usize, p: usize| {
+                Loader::builder(Synthetic::new(&[37, 0, 50, 13]))
+                    .batch_size(8)
+                    .shuffle(shuffle)
+                    .seed(11)
+                    .drop_last(drop_last)
+                    .num_workers(w)
+                    .prefetch(p)
+                    .transform(noise)
+                    .build()
+                    .unwrap()
+            };
+            check_matrix(make, &[0, 1, 2, 4, 8], &[1, 2, 8], 2)
+                .unwrap_or_else(|e| panic!("{shuffle} drop_last={drop_last}: {e}"));
+        }
+    }
+}
+
+#[test]
+fn batches_hold_collated_rows_in_plan_order() {
+    let mut loader = Loader::builder(Synthetic::new(&[10]))
+        .batch_size(4)
+        .shuffle(Shuffle::Global)
+        .seed(3)
+        .num_workers(2)
+        .build()
+        .unwrap();
+    let plan: Vec<u64> = loader.plan().unwrap().iter().collect();
+    let mut ids = Vec::new();
+    let mut sizes = Vec::new();
+    for batch in &mut loader {
+        let batch = batch.unwrap();
+        let x = batch.get("x").unwrap().as_tensor().unwrap();
+        assert_eq!(x.shape(), [batch.len(), 3]);
+        let x = x.as_slice::<i64>().unwrap();
+        for (row, &id) in batch.ids.iter().enumerate() {
+            assert_eq!(
+                &x[row * 3..row * 3 + 3],
+                &[id as i64, id as i64 + 1, id as i64 + 2]
+            );
+        }
+        let Some(Column::Var(keys)) = batch.get("key") else {
+            panic!("key column")
+        };
+        assert_eq!(keys.get(0), format!("k{}", batch.ids[0]).as_bytes());
+        sizes.push(batch.len());
+        ids.extend(batch.ids.iter().copied());
+    }
+    assert_eq!(ids, plan);
+    assert_eq!(sizes, [4, 4, 2]);
+    assert_eq!(loader.epoch(), 1, "the loader moved to the next epoch");
+    let next: Vec<u64> = loader.plan().unwrap().iter().collect();
+    assert_ne!(next, plan, "a new epoch, a new order");
+}
+
+#[test]
+fn augmentation_randomness_depends_on_epoch_not_workers() {
+    let noise_of = |workers: usize, epoch: u64| {
+        let mut loader = Loader::builder(Synthetic::new(&[16]))
+            .batch_size(16)
+            .num_workers(workers)
+            .epoch(epoch)
+            .transform(noise)
+            .build()
+            .unwrap();
+        let batch = loader.next().unwrap().unwrap();
+        batch
+            .get("noise")
+            .unwrap()
+            .as_tensor()
+            .unwrap()
+            .as_slice::<u64>()
+            .unwrap()
+            .to_vec()
+    };
+    assert_eq!(noise_of(0, 0), noise_of(4, 0));
+    assert_ne!(noise_of(0, 0), noise_of(0, 1));
+}
+
+#[test]
+fn ranks_partition_each_epoch_with_equal_batch_counts() {
+    for shuffle in MODES {
+        for drop_last in [false, true] {
+            let mut all = Vec::new();
+            let mut counts = Vec::new();
+            for rank in 0..3 {
+                let mut loader = Loader::builder(Synthetic::new(&[20, 21, 3]))
+                    .batch_size(5)
+                    .shuffle(shuffle)
+                    .seed(5)
+                    .drop_last(drop_last)
+                    .distributed(rank, 3)
+                    .num_workers(2)
+                    .build()
+                    .unwrap();
+                let got = run_to_end(&mut loader, 0).unwrap();
+                counts.push(got.len());
+                all.extend(got.into_iter().flat_map(|(_, d)| d.ids));
+            }
+            assert!(
+                counts.iter().all(|&c| c == counts[0]),
+                "{shuffle}: {counts:?}"
+            );
+            all.sort();
+            let unique = {
+                let mut u = all.clone();
+                u.dedup();
+                u
+            };
+            if drop_last {
+                assert_eq!(unique.len(), all.len(), "no repeats");
+                assert_eq!(
+                    all.len(),
+                    3 * 2 * 5,
+                    "44 samples / 3 ranks = 14 each = 2 batches of 5"
+                );
+            } else {
+                assert_eq!(
+                    unique,
+                    (0..44).collect::<Vec<_>>(),
+                    "{shuffle}: every sample"
+                );
+                assert_eq!(all.len(), 45, "one repeat pads 44 to 3 x 15");
+            }
+        }
+    }
+}
+
+#[test]
+fn transform_error_names_the_sample_and_iteration_goes_on() {
+    let failing = |s: &mut Sample, _: &mut SampleRng| -> Result<(), BoxError> {
+        if s.index == 13 {
+            Err("bad pixels".into())
+        } else {
+            Ok(())
+        }
+    };
+    for workers in [0, 3] {
+        let mut loader = Loader::builder(Synthetic::new(&[10, 10]))
+            .batch_size(4)
+            .num_workers(workers)
+            .transform(failing)
+            .build()
+            .unwrap();
+        let results: Vec<_> = (&mut loader).collect();
+        assert_eq!(results.len(), 5);
+        let err = results[3].as_ref().unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Transform { .. }), "{msg}");
+        assert!(
+            msg.contains("sample 13") && msg.contains("shard-1") && msg.contains("bad pixels"),
+            "{msg}"
+        );
+        assert!(
+            results[4].is_ok(),
+            "the batch after the failed one is delivered"
+        );
+        assert_eq!(loader.stats().errors, 1);
+    }
+}
+
+#[test]
+fn transform_panic_is_an_error_not_a_hang() {
+    let panicky = |s: &mut Sample, _: &mut SampleRng| -> Result<(), BoxError> {
+        assert!(s.index != 6, "boom at six");
+        Ok(())
+    };
+    for workers in [0, 1, 4] {
+        let mut loader = Loader::builder(Synthetic::new(&[12]))
+            .batch_size(4)
+            .num_workers(workers)
+            .prefetch(1)
+            .transform(panicky)
+            .build()
+            .unwrap();
+        let results: Vec<_> = (&mut loader).collect();
+        let err = results[1].as_ref().unwrap_err();
+        assert!(matches!(err, Error::WorkerPanicked { .. }), "{err}");
+        assert!(err.to_string().contains("sample 6") && err.to_string().contains("boom at six"));
+        assert!(results[0].is_ok() && results[2].is_ok());
+    }
+}
+
+#[test]
+fn dropping_mid_epoch_stops_the_threads_promptly() {
+    /// Counts transform calls; every worker thread holds a clone of the transform (through
+    /// the run), so the token's count tells whether any thread is still alive.
+    struct Slow {
+        calls: Arc<AtomicUsize>,
+        alive: Arc<()>,
+    }
+    impl chute_ops::Transform for Slow {
+        fn apply(&self, _: &mut Sample, _: &mut SampleRng) -> Result<(), BoxError> {
+            let _hold = Arc::clone(&self.alive);
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(())
+        }
+    }
+    let calls = Arc::new(AtomicUsize::new(0));
+    let alive = Arc::new(());
+    // 4 workers, batches of 50 samples at 20 ms each: one batch takes a worker a second.
+    let mut loader = Loader::builder(Synthetic::new(&[100_000]))
+        .batch_size(50)
+        .num_workers(4)
+        .transform(Slow {
+            calls: Arc::clone(&calls),
+            alive: Arc::clone(&alive),
+        })
+        .build()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        0,
+        "no work before the first next()"
+    );
+    let first = loader.next().unwrap().unwrap();
+    assert_eq!(first.len(), 50);
+    let t = Instant::now();
+    drop(loader);
+    let took = t.elapsed();
+    // Workers stop between samples, so the drop waits for at most one sample per worker
+    // (20 ms), not for the rest of their batches (up to a second).
+    assert!(took < Duration::from_millis(500), "drop took {took:?}");
+    assert_eq!(
+        Arc::strong_count(&alive),
+        1,
+        "no worker survives the loader"
+    );
+    let calls_at_drop = calls.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(60));
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        calls_at_drop,
+        "no work after the drop"
+    );
+    // Batches delivered before the drop stay valid.
+    assert_eq!(
+        first.get("x").unwrap().as_tensor().unwrap().shape(),
+        [50, 3]
+    );
+}
+
+#[test]
+fn buffers_are_recycled_across_batches() {
+    let mut loader = Loader::builder(Synthetic::new(&[4000]))
+        .batch_size(100)
+        .num_workers(2)
+        .prefetch(2)
+        .build()
+        .unwrap();
+    let mut addresses = std::collections::HashSet::new();
+    for batch in &mut loader {
+        let batch = batch.unwrap();
+        addresses.insert(batch.get("x").unwrap().as_tensor().unwrap().data_ptr() as usize);
+    }
+    // 40 batches, but only as many distinct buffers as can be in flight at once.
+    assert!(addresses.len() <= 8, "{} distinct buffers", addresses.len());
+}
+
+#[test]
+fn invalid_options_are_refused_with_the_option_named() {
+    let e = Loader::builder(Synthetic::new(&[4]))
+        .batch_size(0)
+        .build()
+        .unwrap_err();
+    assert_eq!(e.option, "batch_size");
+    let e = Loader::builder(Synthetic::new(&[4]))
+        .distributed(2, 2)
+        .build()
+        .unwrap_err();
+    assert_eq!(e.option, "rank");
+    let e = Loader::builder(Synthetic::new(&[4]))
+        .num_workers(2)
+        .prefetch(0)
+        .build()
+        .unwrap_err();
+    assert_eq!(e.option, "prefetch");
+}
+
+#[test]
+fn stats_count_stages_and_deliveries() {
+    let mut loader = Loader::builder(Synthetic::new(&[64]))
+        .batch_size(16)
+        .num_workers(2)
+        .transform(noise)
+        .build()
+        .unwrap();
+    let n: usize = (&mut loader).map(|b| b.unwrap().len()).sum();
+    let s = loader.stats();
+    assert_eq!((n, s.samples, s.batches), (64, 64, 4));
+    assert_eq!(
+        (s.read.items, s.transform.items, s.collate.items),
+        (64, 64, 4)
+    );
+    assert!(s.bytes >= 64 * 3 * 8);
+    assert!(s.wait_fraction >= 0.0 && s.wait_fraction <= 1.0);
+    let _ = Arc::new(s);
+}

@@ -1,0 +1,5 @@
+//! The engine's integration tests (one binary).
+
+mod engine;
+mod resume;
+mod support;
