@@ -1,1 +1,43 @@
-//! placeholder
+//! chute's format codecs: how bytes become samples, and samples bytes.
+//!
+//! Decoders here never do I/O of their own: they read from a slice or a memory map handed in
+//! by `chute-io`, so the same code serves local files and, later, remote objects, and can be
+//! fuzzed.
+//!
+//! - [`TokenSource`], [`TokenOptions`], [`TokenWriter`]: nanoGPT-style token files (flat
+//!   `uint16`/`uint32` ids), read as non-overlapping windows of `seq_len + 1` tokens.
+//! - [`NpyHeader`], [`read_npy`], [`write_npy`]: numpy's `.npy` format, versions 1.0 to 3.0.
+//! - [`parse_token_text`], [`token_ids_from_npy`]: token ids from text or `.npy` arrays, to
+//!   feed a [`TokenWriter`].
+//!
+//! ```
+//! use chute_core::{DType, Field, Source};
+//! use chute_formats::{TokenOptions, TokenSource, TokenWriter, parse_token_text};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("train.bin");
+//! let mut writer = TokenWriter::create(&path, DType::U16)?;
+//! writer.write_tokens(&parse_token_text("10 11 12 13 14 15 16 17 18", "ids.txt")?)?;
+//! assert_eq!(writer.finish()?, 9);
+//!
+//! // Windows of seq_len + 1 = 4 tokens: [10..14), [14..18); token 18 is left over.
+//! let source = TokenSource::open(&[&path], TokenOptions {
+//!     seq_len: 3, dtype: DType::U16, out_dtype: DType::I64,
+//! })?;
+//! assert_eq!(source.manifest().total_samples(), 2);
+//! let sample = source.read(1)?;
+//! let Some(Field::Array(tokens)) = sample.get("tokens") else { unreachable!() };
+//! assert_eq!(tokens.dtype, DType::U16);
+//! assert_eq!(tokens.shape, [4]);
+//! assert_eq!(tokens.cast, Some(DType::I64)); // the batcher widens while it copies
+//! assert_eq!(&tokens.data[..], &[14, 0, 15, 0, 16, 0, 17, 0]); // a view of the file's bytes
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod ids;
+mod npy;
+mod tokens;
+
+pub use ids::{parse_token_text, token_ids_from_npy};
+pub use npy::{NpyHeader, npy_descr, read_npy, write_npy};
+pub use tokens::{TOKENS_FIELD, TokenOptions, TokenSource, TokenWriter};

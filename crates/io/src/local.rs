@@ -1,0 +1,385 @@
+//! Local files: [`MappedFile`], a read-only memory map with zero-copy views, and
+//! [`LocalFile`], positioned reads without a shared cursor.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chute_core::Error;
+use memmap2::{Mmap, MmapOptions};
+
+/// A local file mapped read-only into memory.
+///
+/// Reading a sample is a slice of the map: [`MappedFile::bytes`] returns a [`Bytes`] view that
+/// shares ownership of the map, so a view stays valid after the `MappedFile` (and every clone
+/// of it) is dropped, and no bytes are copied until the batcher copies them into the batch.
+/// The operating system pages data in on first touch and evicts it under memory pressure, so a
+/// file larger than RAM works; call [`MappedFile::advise_random`] when samples are read in
+/// shuffled order so the kernel does not read ahead pages nobody asked for.
+///
+/// Cloning is cheap (a reference count) and clones share the map. An empty file is not mapped
+/// (`mmap(2)` refuses zero-length maps) and behaves as an empty slice.
+#[derive(Clone)]
+pub struct MappedFile {
+    path: PathBuf,
+    /// `None` for an empty file.
+    map: Option<Arc<Mmap>>,
+    /// A view of the whole map: [`MappedFile::bytes`] slices it, which costs one atomic
+    /// increment and no allocation per call.
+    all: Bytes,
+}
+
+/// Lets a [`Bytes`] share ownership of the map.
+struct MapOwner(Arc<Mmap>);
+
+impl AsRef<[u8]> for MapOwner {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl MappedFile {
+    /// Opens `path` read-only and maps the whole file.
+    ///
+    /// Fails with [`Error::Io`] naming the path if the file cannot be opened, is not a regular
+    /// file, does not fit in the address space or cannot be mapped.
+    pub fn open(path: impl AsRef<Path>) -> Result<MappedFile, Error> {
+        let path = path.as_ref();
+        let (file, len) = open_regular(path)?;
+        let len = usize::try_from(len).map_err(|_| {
+            io_error(
+                path,
+                io::Error::new(
+                    io::ErrorKind::FileTooLarge,
+                    format!(
+                        "the file's {len} bytes do not fit in this platform's address space; \
+                         use a 64-bit build"
+                    ),
+                ),
+            )
+        })?;
+        let map = if len == 0 {
+            None
+        } else {
+            // SAFETY: the map is read-only and over a file we opened ourselves, read-only, so
+            // nothing in this process writes through it. What we cannot rule out is another
+            // process changing the file while it is mapped: a write shows through (the bytes
+            // change under a `&[u8]`), and a truncation makes reads past the new end raise
+            // SIGBUS. Every mmap-based reader shares that hazard; datasets are written once
+            // and read many times, and `TokenWriter`-style writers create a new file and
+            // rename it into place, which leaves an existing map (of the old inode) intact.
+            let map = unsafe { MmapOptions::new().len(len).map(&file) };
+            Some(Arc::new(map.map_err(|e| io_error(path, e))?))
+        };
+        let all = match &map {
+            Some(m) => Bytes::from_owner(MapOwner(Arc::clone(m))),
+            None => Bytes::new(),
+        };
+        Ok(MappedFile {
+            path: path.to_path_buf(),
+            map,
+            all,
+        })
+    }
+
+    /// The path the file was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Length of the file in bytes, as it was when opened.
+    pub fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    /// The whole file as a slice of the map.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.all
+    }
+
+    /// A zero-copy view of `range` that keeps the map alive as long as it lives.
+    ///
+    /// # Panics
+    /// If `range` is decreasing or ends past [`MappedFile::len`], as slicing does; readers that
+    /// take a range from the data use [`MappedFile::get_bytes`] and report corruption instead.
+    pub fn bytes(&self, range: Range<usize>) -> Bytes {
+        self.all.slice(range)
+    }
+
+    /// A zero-copy view of `range`, or `None` if the range is decreasing or ends past
+    /// [`MappedFile::len`].
+    pub fn get_bytes(&self, range: Range<usize>) -> Option<Bytes> {
+        (range.start <= range.end && range.end <= self.len()).then(|| self.all.slice(range))
+    }
+
+    /// Tells the kernel that pages will be touched in random order, so it does not read
+    /// ahead. A hint: failures, and platforms without `madvise`, are ignored.
+    pub fn advise_random(&self) {
+        #[cfg(unix)]
+        self.advise(memmap2::Advice::Random);
+    }
+
+    /// Tells the kernel that pages will be read in order, so it reads ahead aggressively. A
+    /// hint: failures, and platforms without `madvise`, are ignored.
+    pub fn advise_sequential(&self) {
+        #[cfg(unix)]
+        self.advise(memmap2::Advice::Sequential);
+    }
+
+    #[cfg(unix)]
+    fn advise(&self, advice: memmap2::Advice) {
+        if let Some(map) = &self.map {
+            // Only a hint: a kernel that refuses it reads the same bytes, just less well.
+            let _ = map.advise(advice);
+        }
+    }
+}
+
+impl fmt::Debug for MappedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the bytes: a shard can be gigabytes.
+        f.debug_struct("MappedFile")
+            .field("path", &self.path)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// A local file read with positioned reads (`pread`): no shared cursor, so one `LocalFile`
+/// can serve every worker thread at once.
+///
+/// Use it for formats that read small pieces (an index, a footer, one record) of files where
+/// mapping the whole file is not wanted; [`MappedFile`] is the zero-copy choice otherwise.
+#[derive(Debug)]
+pub struct LocalFile {
+    path: PathBuf,
+    file: File,
+    len: u64,
+}
+
+impl LocalFile {
+    /// Opens `path` read-only.
+    ///
+    /// Fails with [`Error::Io`] naming the path if the file cannot be opened or is not a
+    /// regular file.
+    pub fn open(path: impl AsRef<Path>) -> Result<LocalFile, Error> {
+        let path = path.as_ref();
+        let (file, len) = open_regular(path)?;
+        Ok(LocalFile {
+            path: path.to_path_buf(),
+            file,
+            len,
+        })
+    }
+
+    /// The path the file was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Length of the file in bytes, as it was when opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the file was empty when opened.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`; returns how many were read, `0` at the end
+    /// of the file. Retries reads interrupted by a signal.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, Error> {
+        loop {
+            match pread(&self.file, offset, buf) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => {
+                    return r.map_err(|e| {
+                        io_error(
+                            &self.path,
+                            io::Error::new(
+                                e.kind(),
+                                format!("reading {} bytes at byte {offset}: {e}", buf.len()),
+                            ),
+                        )
+                    });
+                }
+            }
+        }
+    }
+
+    /// Fills `buf` with the bytes at `offset`. Fails with [`Error::Io`] of kind
+    /// `UnexpectedEof`, naming the offset and the file's end, if the file ends first.
+    pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), Error> {
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.read_at(offset + done as u64, &mut buf[done..])?;
+            if n == 0 {
+                return Err(io_error(
+                    &self.path,
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "reading {} bytes at byte {offset}: the file ends at byte {}; it \
+                             is shorter than the index or header says (truncated?)",
+                            buf.len(),
+                            offset + done as u64
+                        ),
+                    ),
+                ));
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(unix)]
+fn pread(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn pread(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    // seek_read moves the handle's cursor, but nothing here uses the cursor.
+    std::os::windows::fs::FileExt::seek_read(file, buf, offset)
+}
+
+#[cfg(not(any(unix, windows)))]
+fn pread(_file: &File, _offset: u64, _buf: &mut [u8]) -> io::Result<usize> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "positioned reads are not supported on this platform",
+    ))
+}
+
+/// Opens `path` read-only and checks that it is a regular file; returns it with its length.
+fn open_regular(path: &Path) -> Result<(File, u64), Error> {
+    let file = File::open(path).map_err(|e| io_error(path, e))?;
+    let meta = file.metadata().map_err(|e| io_error(path, e))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(io_error(
+            path,
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("is {what}; pass the shard files themselves"),
+            ),
+        ));
+    }
+    Ok((file, meta.len()))
+}
+
+fn io_error(path: &Path, e: io::Error) -> Error {
+    Error::io(path.display().to_string(), e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_with(bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
+        std::fs::write(&path, bytes).unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn views_outlive_the_file_handle() {
+        let data: Vec<u8> = (0..=255).collect();
+        let (_dir, path) = file_with(&data);
+        let f = MappedFile::open(&path).unwrap();
+        assert_eq!(f.path(), path);
+        assert_eq!(f.len(), 256);
+        assert!(!f.is_empty());
+        assert_eq!(f.as_slice(), &data[..]);
+        f.advise_random();
+        f.advise_sequential();
+        let view = f.bytes(10..20);
+        let clone = f.clone();
+        drop(f);
+        assert_eq!(&view[..], &data[10..20]);
+        assert_eq!(clone.as_slice().as_ptr(), clone.bytes(0..1).as_ptr());
+        drop(clone);
+        assert_eq!(&view[..], &data[10..20]);
+    }
+
+    #[test]
+    fn get_bytes_checks_the_range() {
+        let (_dir, path) = file_with(b"abcdef");
+        let f = MappedFile::open(&path).unwrap();
+        assert_eq!(&f.get_bytes(2..6).unwrap()[..], b"cdef");
+        assert_eq!(f.get_bytes(6..6).unwrap().len(), 0);
+        assert!(f.get_bytes(2..7).is_none());
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = 4..2;
+        assert!(f.get_bytes(backwards).is_none());
+    }
+
+    #[test]
+    fn empty_file_is_not_mapped() {
+        let (_dir, path) = file_with(b"");
+        let f = MappedFile::open(&path).unwrap();
+        assert!(f.is_empty());
+        assert_eq!(f.len(), 0);
+        assert_eq!(f.as_slice(), b"");
+        assert_eq!(f.bytes(0..0).len(), 0);
+        f.advise_random();
+        assert!(format!("{f:?}").contains("len: 0"));
+    }
+
+    #[test]
+    fn errors_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.bin");
+        let e = MappedFile::open(&missing).unwrap_err();
+        assert!(matches!(e, Error::Io { .. }));
+        assert!(e.to_string().contains("missing.bin"), "{e}");
+
+        let e = MappedFile::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{e}");
+        let e = LocalFile::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("is a directory"), "{e}");
+    }
+
+    #[test]
+    fn local_file_reads_at_offsets() {
+        let (_dir, path) = file_with(b"0123456789");
+        let f = LocalFile::open(&path).unwrap();
+        assert_eq!(f.len(), 10);
+        assert!(!f.is_empty());
+        assert_eq!(f.path(), path);
+        let mut buf = [0u8; 4];
+        f.read_exact_at(3, &mut buf).unwrap();
+        assert_eq!(&buf, b"3456");
+        assert_eq!(f.read_at(8, &mut buf).unwrap(), 2);
+        assert_eq!(&buf[..2], b"89");
+        assert_eq!(f.read_at(10, &mut buf).unwrap(), 0);
+
+        let e = f.read_exact_at(8, &mut buf).unwrap_err();
+        let Error::Io { path: p, source } = &e else {
+            panic!("expected an io error, got {e}")
+        };
+        assert_eq!(source.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(p.ends_with("f.bin"));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("at byte 8") && msg.contains("ends at byte 10"),
+            "{msg}"
+        );
+    }
+}
