@@ -1,1 +1,43 @@
-fn main() {}
+//! The `chute` command: `demo`, `bench`, `tokens`.
+
+mod bench;
+mod dataset;
+mod demo;
+mod tokens;
+
+use clap::{Parser, Subcommand};
+
+/// chute keeps accelerators fed: deterministic, resumable, parallel batches from sharded data.
+#[derive(Debug, Parser)]
+#[command(name = "chute", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Build a synthetic dataset in a temporary folder and train on it for two epochs with a
+    /// simulated step, showing throughput and how long the step waited for data.
+    Demo(demo::DemoArgs),
+    /// Run the loader over a dataset and report throughput, wait time and per-stage figures.
+    Bench(bench::BenchArgs),
+    /// Write a token file (flat little-endian uint16/uint32 ids) from text or .npy.
+    Tokens(tokens::TokensArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Tokens(a) => tokens::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

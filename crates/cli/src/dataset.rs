@@ -1,0 +1,72 @@
+//! Opening a dataset from the command line: the format from `--format` or the extension.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use chute::core::{DType, Source};
+use chute::formats::{TokenOptions, TokenSource};
+use clap::{Args, ValueEnum};
+
+/// Formats `chute bench` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// Flat little-endian token ids (nanoGPT's `.bin`).
+    Tokens,
+}
+
+/// Where the data is and how to read it.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DatasetArgs {
+    /// Shard files (token files: one `.bin` per shard).
+    #[arg(required = true)]
+    pub(crate) paths: Vec<PathBuf>,
+    /// Format; by default taken from the file extension (`.bin` = tokens).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<Format>,
+    /// Token files: tokens per training sequence; a sample is a window of seq_len + 1 tokens.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) seq_len: usize,
+    /// Token files: the stored token type.
+    #[arg(long, default_value = "uint16", value_parser = parse_dtype)]
+    pub(crate) token_dtype: DType,
+    /// Token files: the dtype of the batch tensor (uint16, int32 or int64).
+    #[arg(long, default_value = "int64", value_parser = parse_dtype)]
+    pub(crate) out_dtype: DType,
+}
+
+pub(crate) fn parse_dtype(s: &str) -> Result<DType, String> {
+    s.parse::<DType>().map_err(|e| e.to_string())
+}
+
+impl DatasetArgs {
+    fn format(&self) -> anyhow::Result<Format> {
+        if let Some(f) = self.format {
+            return Ok(f);
+        }
+        let first = &self.paths[0];
+        match first.extension().and_then(|e| e.to_str()) {
+            Some("bin") => Ok(Format::Tokens),
+            other => bail!(
+                "cannot tell the format of {} from its extension {other:?}; pass --format tokens",
+                first.display()
+            ),
+        }
+    }
+
+    /// Opens the source.
+    pub(crate) fn open(&self) -> anyhow::Result<Arc<dyn Source>> {
+        match self.format()? {
+            Format::Tokens => {
+                let opts = TokenOptions {
+                    seq_len: self.seq_len,
+                    dtype: self.token_dtype,
+                    out_dtype: self.out_dtype,
+                };
+                let source = TokenSource::open(&self.paths, opts)
+                    .with_context(|| format!("opening token files {:?}", self.paths))?;
+                Ok(Arc::new(source))
+            }
+        }
+    }
+}

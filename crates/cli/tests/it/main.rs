@@ -1,0 +1,342 @@
+//! The `chute` command, run as a user would (one test binary).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn chute(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_chute"))
+        .args(args)
+        .output()
+        .expect("chute runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = chute(args);
+    assert!(
+        out.status.success(),
+        "chute {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A token file of `n` pseudo-random uint16 tokens written through `chute tokens`.
+fn token_file(dir: &Path, name: &str, n: usize, seed: u64) -> PathBuf {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let text: Vec<String> = (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 50_000).to_string()
+        })
+        .collect();
+    let txt = dir.join(format!("{name}.txt"));
+    std::fs::write(&txt, text.join(" ")).unwrap();
+    let bin = dir.join(format!("{name}.bin"));
+    ok(&["tokens", txt.to_str().unwrap(), "-o", bin.to_str().unwrap()]);
+    bin
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn bench(file: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "bench",
+        file.to_str().unwrap(),
+        "--seq-len",
+        "31",
+        "--json",
+        "--digest",
+    ];
+    args.extend_from_slice(extra);
+    json(&ok(&args))
+}
+
+fn read_ids(path: &Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn digest_is_the_same_for_any_workers_and_prefetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = token_file(dir.path(), "a", 40_000, 1);
+    let digest = |w: &str, p: &str| {
+        let s = bench(
+            &f,
+            &[
+                "--workers",
+                w,
+                "--prefetch",
+                p,
+                "--batch-size",
+                "7",
+                "--epochs",
+                "2",
+            ],
+        );
+        assert_eq!(s["samples"], 2 * 1250, "{s}");
+        s["digest"].as_str().unwrap().to_string()
+    };
+    let d = digest("1", "2");
+    assert_eq!(d.len(), 32);
+    for (w, p) in [("4", "2"), ("1", "1"), ("1", "8"), ("0", "1"), ("8", "8")] {
+        assert_eq!(digest(w, p), d, "workers {w} prefetch {p}");
+    }
+    // A different seed is a different stream.
+    let other = bench(
+        &f,
+        &[
+            "--workers",
+            "2",
+            "--batch-size",
+            "7",
+            "--epochs",
+            "2",
+            "--seed",
+            "1",
+        ],
+    );
+    assert_ne!(other["digest"].as_str().unwrap(), d);
+}
+
+#[test]
+fn rank_ids_partition_the_epoch_with_equal_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = token_file(dir.path(), "a", 10_000, 2);
+    let b = token_file(dir.path(), "b", 7_000, 3);
+    let n = 10_000 / 32 + 7_000 / 32; // windows of seq_len + 1 = 32 tokens
+    for shuffle in ["none", "global", "block:1"] {
+        for drop_last in [false, true] {
+            let mut all = Vec::new();
+            let mut counts = Vec::new();
+            for rank in 0..3 {
+                let ids = dir.path().join(format!("ids-{shuffle}-{drop_last}-{rank}"));
+                let mut args = vec![
+                    "bench",
+                    a.to_str().unwrap(),
+                    b.to_str().unwrap(),
+                    "--seq-len",
+                    "31",
+                    "--json",
+                    "--shuffle",
+                    shuffle,
+                    "--world-size",
+                    "3",
+                    "--batch-size",
+                    "8",
+                    "--ids",
+                    ids.to_str().unwrap(),
+                ];
+                let rank = rank.to_string();
+                args.extend(["--rank", rank.as_str()]);
+                if drop_last {
+                    args.push("--drop-last");
+                }
+                let s = json(&ok(&args));
+                let got = read_ids(&ids);
+                assert_eq!(s["samples"].as_u64().unwrap(), got.len() as u64);
+                counts.push((got.len(), s["batches"].as_u64().unwrap()));
+                all.extend(got);
+            }
+            assert!(
+                counts.iter().all(|c| *c == counts[0]),
+                "{shuffle}: {counts:?}"
+            );
+            let total = all.len();
+            all.sort();
+            all.dedup();
+            if drop_last {
+                assert_eq!(all.len(), total, "no repeats");
+                assert!(n - total < 3 * 8);
+            } else {
+                assert_eq!(all, (0..n as u64).collect::<Vec<_>>(), "{shuffle}");
+                assert!(total - n < 3);
+            }
+        }
+    }
+}
+
+#[test]
+fn save_state_and_resume_deliver_exactly_the_uninterrupted_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = token_file(dir.path(), "a", 20_000, 4);
+    let common = [
+        "--batch-size",
+        "9",
+        "--epochs",
+        "2",
+        "--workers",
+        "3",
+        "--shuffle",
+        "global",
+    ];
+    let full = dir.path().join("full.ids");
+    let reference = bench(
+        &f,
+        &[&common[..], &["--ids", full.to_str().unwrap()]].concat(),
+    );
+    let full = read_ids(&full);
+    assert_eq!(full.len() as u64, reference["samples"].as_u64().unwrap());
+    // 625 windows: 70 batches per epoch; stop inside epoch 0, at its end, and inside epoch 1.
+    for stop in ["13", "70", "101"] {
+        let state = dir.path().join(format!("state-{stop}.json"));
+        let first = dir.path().join(format!("first-{stop}.ids"));
+        let rest = dir.path().join(format!("rest-{stop}.ids"));
+        let a = bench(
+            &f,
+            &[
+                &common[..],
+                &[
+                    "--ids",
+                    first.to_str().unwrap(),
+                    "--save-state-at",
+                    stop,
+                    state.to_str().unwrap(),
+                ],
+            ]
+            .concat(),
+        );
+        assert_eq!(a["batches"].as_u64().unwrap().to_string(), stop);
+        let b = bench(
+            &f,
+            &[
+                &common[..],
+                &[
+                    "--ids",
+                    rest.to_str().unwrap(),
+                    "--resume",
+                    state.to_str().unwrap(),
+                ],
+            ]
+            .concat(),
+        );
+        let mut got = read_ids(&first);
+        got.extend(read_ids(&rest));
+        assert_eq!(got, full, "stopped at batch {stop}");
+        assert!(b["samples"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn resume_refuses_a_state_from_another_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = token_file(dir.path(), "a", 5_000, 5);
+    let b = token_file(dir.path(), "b", 6_000, 6);
+    let state = dir.path().join("s.json");
+    bench(&a, &["--save-state-at", "2", state.to_str().unwrap()]);
+    let out = chute(&[
+        "bench",
+        b.to_str().unwrap(),
+        "--seq-len",
+        "31",
+        "--resume",
+        state.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another dataset"), "{err}");
+}
+
+#[test]
+fn tokens_from_npy_and_bad_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    // A .npy of int64 ids, as np.save(np.arange(3000, 3100, dtype=np.int64)) writes it.
+    let mut header = b"{'descr': '<i8', 'fortran_order': False, 'shape': (100,), }".to_vec();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(b' ');
+    }
+    header.push(b'\n');
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend((header.len() as u16).to_le_bytes());
+    npy.extend(header);
+    for v in 3000i64..3100 {
+        npy.extend(v.to_le_bytes());
+    }
+    let npy_path = dir.path().join("ids.npy");
+    std::fs::write(&npy_path, npy).unwrap();
+    let bin = dir.path().join("ids.bin");
+    ok(&[
+        "tokens",
+        npy_path.to_str().unwrap(),
+        "-o",
+        bin.to_str().unwrap(),
+    ]);
+    let bytes = std::fs::read(&bin).unwrap();
+    assert_eq!(bytes.len(), 200, "uint16 chosen automatically");
+    assert_eq!(u16::from_le_bytes([bytes[2], bytes[3]]), 3001);
+
+    let big = dir.path().join("big.txt");
+    std::fs::write(&big, "1 2 70000").unwrap();
+    let out32 = dir.path().join("big.bin");
+    ok(&[
+        "tokens",
+        big.to_str().unwrap(),
+        "-o",
+        out32.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::metadata(&out32).unwrap().len(),
+        12,
+        "uint32 when ids exceed 65535"
+    );
+
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(&bad, "1 2 x3").unwrap();
+    let out = chute(&[
+        "tokens",
+        bad.to_str().unwrap(),
+        "-o",
+        dir.path().join("x.bin").to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.txt") && err.contains("x3"), "{err}");
+    assert!(!dir.path().join("x.bin").exists());
+
+    // A token file whose size is not a whole number of tokens is refused with its name.
+    let odd = dir.path().join("odd.bin");
+    std::fs::write(&odd, [0u8; 201]).unwrap();
+    let out = chute(&["bench", odd.to_str().unwrap(), "--seq-len", "7"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("odd.bin"), "{err}");
+}
+
+#[test]
+fn demo_runs_and_reports_the_wait() {
+    let out = ok(&[
+        "demo",
+        "--tokens",
+        "300000",
+        "--seq-len",
+        "127",
+        "--step-ms",
+        "0.5",
+    ]);
+    assert!(out.contains("waited for data"), "{out}");
+    assert!(out.contains("samples/s"), "{out}");
+    assert!(out.contains("read") && out.contains("collate"), "{out}");
+    let s = json(&ok(&[
+        "demo",
+        "--tokens",
+        "300000",
+        "--seq-len",
+        "127",
+        "--step-ms",
+        "0",
+        "--json",
+    ]));
+    assert_eq!(s["epochs_completed"], 2);
+    assert_eq!(
+        s["samples"].as_u64().unwrap(),
+        2 * (300_000 / 128 / 16 * 16)
+    );
+}
