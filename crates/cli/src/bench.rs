@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use chute::core::{Shuffle, Source, State};
+use chute::core::{OnError, Shuffle, Source, State};
 use chute::pipeline::check::StreamDigest;
 use chute::pipeline::{Loader, LoaderOptions, StatsSnapshot};
 use clap::Args;
@@ -46,6 +46,17 @@ pub(crate) struct LoaderArgs {
     /// Drop each rank's last incomplete batch (otherwise it is delivered short).
     #[arg(long)]
     pub(crate) drop_last: bool,
+    /// A sample that fails to read or transform: raise (stop with the error) or skip (count
+    /// it, report it, and use the next sample in its place).
+    #[arg(long, default_value = "raise", value_parser = parse_on_error)]
+    pub(crate) on_error: OnError,
+    /// Allocate batch buffers page-locked through the CUDA runtime, if one is installed.
+    #[arg(long)]
+    pub(crate) pin_memory: bool,
+}
+
+fn parse_on_error(s: &str) -> Result<OnError, String> {
+    s.parse::<OnError>().map_err(|e| e.to_string())
 }
 
 fn parse_shuffle(s: &str) -> Result<Shuffle, String> {
@@ -68,8 +79,13 @@ impl LoaderArgs {
                 rank: self.rank,
                 world_size: self.world_size,
                 epoch: self.epoch,
+                pin_memory: self.pin_memory,
+                on_error: self.on_error,
             })
             .build()?;
+        if let Some(why) = loader.pin_memory_fallback() {
+            eprintln!("warning: --pin-memory: using ordinary memory ({why})");
+        }
         Ok(loader)
     }
 }
@@ -320,6 +336,15 @@ pub(crate) fn print_summary(s: &Summary, run: &RunArgs) {
         st.collate.busy_secs,
         st.collate.micros_per_item(),
     );
+    if st.skipped > 0 {
+        println!(
+            "skipped {} bad sample(s) (on_error = skip); the last ones:",
+            st.skipped
+        );
+        for m in st.skipped_recent.iter().rev().take(5) {
+            println!("  {m}");
+        }
+    }
     if let Some(mb) = s.peak_rss_anon_mb {
         println!("peak anonymous memory (RssAnon): {mb:.1} MB");
     }

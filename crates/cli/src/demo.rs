@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use chute::core::{DType, SampleRng, Shuffle};
+use chute::core::{DType, OnError, SampleRng, Shuffle};
 use chute::formats::{TokenOptions, TokenSource, TokenWriter};
 use clap::Args;
 
@@ -72,6 +72,8 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
         rank: 0,
         world_size: 1,
         drop_last: true,
+        on_error: OnError::Raise,
+        pin_memory: false,
     };
     let mut loader = loader_args.build(Arc::new(source))?;
     if !args.json {

@@ -14,11 +14,14 @@ use std::sync::{Arc, Mutex, Weak};
 /// consumer.
 pub const ALIGN: usize = 64;
 
-/// An owned, zero-initialised, 64-byte-aligned byte buffer of fixed capacity.
+/// An owned, initialised, 64-byte-aligned byte buffer of fixed capacity, from the global
+/// allocator or from a custom [`Allocator`] (page-locked memory, say).
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     cap: usize,
+    /// Who frees the memory: `None` for the global allocator.
+    owner: Option<Arc<dyn Allocator>>,
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -36,7 +39,37 @@ impl AlignedBuf {
         let Some(ptr) = NonNull::new(ptr) else {
             alloc::handle_alloc_error(layout)
         };
-        AlignedBuf { ptr, len, cap }
+        AlignedBuf {
+            ptr,
+            len,
+            cap,
+            owner: None,
+        }
+    }
+
+    /// Allocates `len` bytes from `allocator`, zeroed, or `None` if it has no memory to give.
+    pub fn from_allocator(allocator: &Arc<dyn Allocator>, len: usize) -> Option<Self> {
+        let cap = len.div_ceil(ALIGN).max(1) * ALIGN;
+        let ptr = allocator.allocate(cap)?;
+        assert_eq!(
+            ptr.as_ptr() as usize % ALIGN,
+            0,
+            "allocator returned unaligned memory"
+        );
+        // SAFETY: the allocator's contract: `ptr` is valid for writes of `cap` bytes. Zeroing
+        // makes every byte initialised, which `as_slice` relies on.
+        unsafe { ptr.as_ptr().write_bytes(0, cap) };
+        Some(AlignedBuf {
+            ptr,
+            len,
+            cap,
+            owner: Some(Arc::clone(allocator)),
+        })
+    }
+
+    /// True when the memory came from a custom allocator (page-locked, for instance).
+    pub fn is_custom(&self) -> bool {
+        self.owner.is_some()
     }
 
     /// Bytes in use.
@@ -93,12 +126,14 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `zeroed` with exactly this layout.
-        unsafe {
-            alloc::dealloc(
-                self.ptr.as_ptr(),
-                Layout::from_size_align_unchecked(self.cap, ALIGN),
-            )
+        match &self.owner {
+            // SAFETY: allocated by this allocator with this capacity (from_allocator).
+            Some(a) => unsafe { a.deallocate(self.ptr, self.cap) },
+            // SAFETY: allocated in `zeroed` with exactly this layout.
+            None => unsafe {
+                let layout = Layout::from_size_align_unchecked(self.cap, ALIGN);
+                alloc::dealloc(self.ptr.as_ptr(), layout)
+            },
         }
     }
 }
@@ -128,11 +163,24 @@ struct PoolInner {
     allocator: Option<Arc<dyn Allocator>>,
 }
 
-/// Where a pool gets fresh buffers from: ordinary memory by default, page-locked memory when a
-/// GPU runtime provides it.
-pub trait Allocator: Send + Sync + 'static {
-    /// A zeroed buffer of at least `len` bytes.
-    fn allocate(&self, len: usize) -> AlignedBuf;
+/// Where a pool gets fresh buffers from when not from the global allocator: page-locked
+/// memory from a GPU runtime, for instance.
+///
+/// # Safety
+/// `allocate(cap)` returns memory valid for reads and writes of `cap` bytes, aligned to at
+/// least [`ALIGN`], until it is passed to `deallocate` with the same `cap`.
+pub unsafe trait Allocator: Send + Sync + 'static {
+    /// `cap` bytes (a multiple of [`ALIGN`]), or `None` when out of memory.
+    fn allocate(&self, cap: usize) -> Option<NonNull<u8>>;
+
+    /// Frees memory from `allocate`.
+    ///
+    /// # Safety
+    /// `ptr` and `cap` come from one call of `allocate` on this allocator, freed once.
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, cap: usize);
+
+    /// A short name for messages (`cuda-pinned`, ...).
+    fn name(&self) -> &str;
 }
 
 impl BufferPool {
@@ -170,15 +218,25 @@ impl BufferPool {
                 .map(|(i, _)| i);
             best.map(|i| free.swap_remove(i))
         };
-        let mut buf = reused.unwrap_or_else(|| match &self.inner.allocator {
-            Some(a) => a.allocate(len),
-            None => AlignedBuf::zeroed(len),
+        // A custom allocator that runs dry (page-locked memory is a scarce resource) falls
+        // back to ordinary memory rather than failing the batch.
+        let mut buf = reused.unwrap_or_else(|| {
+            self.inner
+                .allocator
+                .as_ref()
+                .and_then(|a| AlignedBuf::from_allocator(a, len))
+                .unwrap_or_else(|| AlignedBuf::zeroed(len))
         });
         buf.set_len(len);
         PooledBuf {
             buf: Some(buf),
             pool: Arc::downgrade(&self.inner),
         }
+    }
+
+    /// The custom allocator's name, if the pool has one.
+    pub fn allocator_name(&self) -> Option<&str> {
+        self.inner.allocator.as_deref().map(|a| a.name())
     }
 
     /// Buffers waiting in the pool.
@@ -248,6 +306,11 @@ impl PooledBuf {
         self.len() == 0
     }
 
+    /// True when the memory came from the pool's custom allocator (page-locked, say).
+    pub fn is_custom(&self) -> bool {
+        self.get().is_custom()
+    }
+
     /// Shrinks the length in use (e.g. a variable-length column that came out shorter).
     pub fn truncate(&mut self, len: usize) {
         let b = self.buf.as_mut().expect("buffer present until drop");
@@ -303,6 +366,46 @@ mod tests {
         let bufs: Vec<_> = (0..5).map(|_| pool.take(64)).collect();
         drop(bufs);
         assert_eq!(pool.idle(), 2);
+    }
+
+    /// An allocator that counts, to check custom memory is used and freed through it.
+    struct Counting(std::sync::atomic::AtomicIsize);
+
+    // SAFETY: delegates to the global allocator with ALIGN alignment.
+    unsafe impl Allocator for Counting {
+        fn allocate(&self, cap: usize) -> Option<NonNull<u8>> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: cap > 0.
+            NonNull::new(unsafe { alloc::alloc(Layout::from_size_align(cap, ALIGN).ok()?) })
+        }
+
+        unsafe fn deallocate(&self, ptr: NonNull<u8>, cap: usize) {
+            self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: allocated above with this layout.
+            unsafe { alloc::dealloc(ptr.as_ptr(), Layout::from_size_align_unchecked(cap, ALIGN)) }
+        }
+
+        fn name(&self) -> &str {
+            "counting"
+        }
+    }
+
+    #[test]
+    fn custom_allocator_allocates_and_frees() {
+        let counting = Arc::new(Counting(std::sync::atomic::AtomicIsize::new(0)));
+        let pool = BufferPool::with_allocator(1, counting.clone());
+        assert_eq!(pool.allocator_name(), Some("counting"));
+        let a = pool.take(100);
+        let b = pool.take(100);
+        assert!(a.is_custom() && a.as_slice().iter().all(|&x| x == 0));
+        drop((a, b));
+        assert_eq!(
+            counting.0.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "one kept idle"
+        );
+        drop(pool);
+        assert_eq!(counting.0.load(std::sync::atomic::Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -173,3 +173,38 @@ pub enum StateError {
     #[error("state is not valid: {0}")]
     Invalid(String),
 }
+
+/// What the loader does with a sample that fails to read, decode or transform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OnError {
+    /// Return the error from `next()` (the batch is lost, iteration may go on). The default.
+    #[default]
+    Raise,
+    /// Count and report the failure in the stats, and put the sample at the next plan
+    /// position in its place: the batch stays full and the stream deterministic.
+    Skip,
+}
+
+impl std::fmt::Display for OnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OnError::Raise => "raise",
+            OnError::Skip => "skip",
+        })
+    }
+}
+
+impl std::str::FromStr for OnError {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "raise" => Ok(OnError::Raise),
+            "skip" => Ok(OnError::Skip),
+            _ => Err(ConfigError::new(
+                "on_error",
+                format!("{s:?} is not a policy; use raise or skip"),
+            )),
+        }
+    }
+}

@@ -41,7 +41,7 @@ mod tensor;
 pub use batch::{Batch, Column, VarColumn};
 pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
 pub use dtype::{DType, Element, cast_into, check_cast};
-pub use error::{BoxError, ConfigError, Error, Result, SampleRef, StateError};
+pub use error::{BoxError, ConfigError, Error, OnError, Result, SampleRef, StateError};
 pub use manifest::{MANIFEST_VERSION, Manifest, ShardInfo};
 pub use plan::{Permutation, Plan, PlanConfig, Shuffle};
 pub use rng::{SampleRng, derive_key, mix64};

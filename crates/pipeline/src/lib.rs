@@ -38,8 +38,9 @@
 pub mod check;
 mod collate;
 mod loader;
+mod pinned;
 mod stats;
 mod workers;
 
-pub use loader::{Loader, LoaderBuilder, LoaderOptions};
+pub use loader::{Loader, LoaderBuilder, LoaderOptions, Poll};
 pub use stats::{StageStats, StatsSnapshot};

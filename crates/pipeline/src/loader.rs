@@ -3,16 +3,17 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use chute_core::{
-    Batch, BufferPool, ConfigError, Error, Plan, PlanConfig, STATE_VERSION, Shuffle, Source, State,
-    StateError,
+    Batch, BufferPool, ConfigError, Error, OnError, Plan, PlanConfig, STATE_VERSION, Shuffle,
+    Source, State, StateError,
 };
 use chute_ops::{Compose, Transform};
 
+use crate::pinned::cuda_host_allocator;
 use crate::stats::{Stats, StatsSnapshot};
-use crate::workers::{Job, Run};
+use crate::workers::{Job, Polled, Run};
 
 /// Options of a [`Loader`], with `torch.utils.data.DataLoader`'s names and meanings where
 /// they exist.
@@ -37,6 +38,12 @@ pub struct LoaderOptions {
     pub world_size: u64,
     /// First epoch. Default 0.
     pub epoch: u64,
+    /// Allocate batch buffers page-locked through the CUDA runtime (loaded at run time), so
+    /// host-to-device copies can run asynchronously. Without a CUDA runtime, ordinary memory
+    /// is used and [`Loader::pin_memory_fallback`] says why. Default false.
+    pub pin_memory: bool,
+    /// What to do with a sample that fails to read or transform. Default [`OnError::Raise`].
+    pub on_error: OnError,
 }
 
 impl Default for LoaderOptions {
@@ -51,6 +58,8 @@ impl Default for LoaderOptions {
             rank: 0,
             world_size: 1,
             epoch: 0,
+            pin_memory: false,
+            on_error: OnError::Raise,
         }
     }
 }
@@ -121,6 +130,18 @@ impl LoaderBuilder {
         self
     }
 
+    /// Page-locked batch buffers (see [`LoaderOptions::pin_memory`]).
+    pub fn pin_memory(mut self, p: bool) -> Self {
+        self.options.pin_memory = p;
+        self
+    }
+
+    /// What to do with a sample that fails (see [`OnError`]).
+    pub fn on_error(mut self, e: OnError) -> Self {
+        self.options.on_error = e;
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, o: LoaderOptions) -> Self {
         self.options = o;
@@ -160,6 +181,14 @@ impl LoaderBuilder {
                 ),
             ));
         }
+        let (pool, pin_memory_fallback) = if o.pin_memory {
+            match cuda_host_allocator() {
+                Ok(a) => (BufferPool::with_allocator(POOL_IDLE, a), None),
+                Err(why) => (BufferPool::new(POOL_IDLE), Some(why)),
+            }
+        } else {
+            (BufferPool::new(POOL_IDLE), None)
+        };
         let loader = Loader {
             plan_cfg: PlanConfig {
                 seed: o.seed,
@@ -177,7 +206,8 @@ impl LoaderBuilder {
             source: self.source,
             options: self.options,
             delivered: 0,
-            pool: BufferPool::new(64),
+            pool,
+            pin_memory_fallback,
             stats: Arc::new(Stats::new()),
             run: None,
         };
@@ -206,8 +236,22 @@ pub struct Loader {
     /// Samples delivered in the current epoch's split.
     delivered: u64,
     pool: BufferPool,
+    /// Why `pin_memory` could not be honoured, if it was asked for and could not.
+    pin_memory_fallback: Option<String>,
     stats: Arc<Stats>,
     run: Option<Run>,
+}
+
+/// Idle buffers a loader's pool keeps for reuse.
+const POOL_IDLE: usize = 64;
+
+/// What [`Loader::next_timeout`] found.
+#[derive(Debug)]
+pub enum Poll {
+    /// What `next()` would have returned: a batch, an error, or `None` at the end of an epoch.
+    Ready(Option<Result<Batch, Error>>),
+    /// No batch was ready in time; nothing was consumed, call again.
+    Pending,
 }
 
 impl fmt::Debug for Loader {
@@ -379,6 +423,37 @@ impl Loader {
         Ok(())
     }
 
+    /// True when batch buffers are page-locked (`pin_memory` was asked for and a CUDA runtime
+    /// provided it).
+    pub fn pinned(&self) -> bool {
+        self.pool.allocator_name().is_some()
+    }
+
+    /// Why `pin_memory` fell back to ordinary memory (no CUDA runtime, no device...), if it
+    /// did. The loader does not print this; callers warn their users once.
+    pub fn pin_memory_fallback(&self) -> Option<&str> {
+        self.pin_memory_fallback.as_deref()
+    }
+
+    /// Makes the loader usable in a child process after `fork()`: the parent's worker threads
+    /// do not exist in the child, and its locks may have been held by them, so the run, the
+    /// buffer pool and the stats are abandoned (leaked, never touched) and rebuilt. The next
+    /// `next()` starts fresh workers at the same position. Page-locked memory is not used in
+    /// the child (CUDA does not survive a fork).
+    pub fn after_fork(&mut self) {
+        if let Some(run) = self.run.take() {
+            std::mem::forget(run);
+        }
+        std::mem::forget(std::mem::replace(
+            &mut self.pool,
+            BufferPool::new(POOL_IDLE),
+        ));
+        std::mem::forget(std::mem::replace(&mut self.stats, Arc::new(Stats::new())));
+        if self.options.pin_memory {
+            self.pin_memory_fallback = Some("a forked child cannot use CUDA".into());
+        }
+    }
+
     /// Figures since the loader was built.
     pub fn stats(&self) -> StatsSnapshot {
         self.stats.snapshot()
@@ -397,6 +472,7 @@ impl Loader {
             pool: self.pool.clone(),
             stats: Arc::clone(&self.stats),
             cancel: AtomicBool::new(false),
+            on_error: self.options.on_error,
         };
         self.run = Some(Run::start(
             job,
@@ -416,24 +492,34 @@ impl Loader {
     }
 }
 
-impl Iterator for Loader {
-    type Item = Result<Batch, Error>;
+impl Loader {
+    /// Like `next()`, but gives up after `timeout` with [`Poll::Pending`] (nothing consumed),
+    /// so a caller can check for interrupts (Python's Ctrl-C) while it waits. With zero
+    /// workers the batch is built in the caller's thread and the timeout does not apply.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Poll {
+        self.poll(Some(timeout))
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    fn poll(&mut self, timeout: Option<Duration>) -> Poll {
         let t0 = Instant::now();
         if self.run.is_none() {
             match self.plan() {
-                Ok(p) if self.delivered >= p.len() => return self.end_epoch(),
+                Ok(p) if self.delivered >= p.len() => return Poll::Ready(self.end_epoch()),
                 Ok(_) => {}
-                Err(e) => return Some(Err(e.into())),
+                Err(e) => return Poll::Ready(Some(Err(e.into()))),
             }
             if let Err(e) = self.start_run() {
-                return Some(Err(e));
+                return Poll::Ready(Some(Err(e)));
             }
         }
         let run = self.run.as_mut().expect("run started above");
-        let Some((b, result)) = run.next() else {
-            return self.end_epoch();
+        let (b, result) = match run.next(timeout) {
+            Polled::Ready(b, result) => (b, result),
+            Polled::Done => return Poll::Ready(self.end_epoch()),
+            Polled::Pending => {
+                self.stats.waited(t0.elapsed(), false);
+                return Poll::Pending;
+            }
         };
         // A failed batch is consumed too (as in PyTorch), so the position stays exact.
         self.delivered = run.job().batch_range(b).1;
@@ -443,7 +529,18 @@ impl Iterator for Loader {
                 .delivered(batch.len() as u64, batch.nbytes() as u64),
             Err(_) => self.stats.failed(),
         }
-        self.stats.waited(t0.elapsed());
-        Some(result)
+        self.stats.waited(t0.elapsed(), true);
+        Poll::Ready(Some(result))
+    }
+}
+
+impl Iterator for Loader {
+    type Item = Result<Batch, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.poll(None) {
+            Poll::Ready(r) => r,
+            Poll::Pending => unreachable!("no timeout, so never pending"),
+        }
     }
 }

@@ -1,8 +1,11 @@
 //! Per-stage counters and the consumer's wait: "how long would the GPU have waited for data".
 
+use std::collections::VecDeque;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use chute_core::Error;
 use serde::Serialize;
 
 /// Live counters, shared by the workers and the consumer. Workers add per batch, not per
@@ -19,7 +22,13 @@ pub(crate) struct Stats {
     batches: AtomicU64,
     bytes: AtomicU64,
     errors: AtomicU64,
+    skipped: AtomicU64,
+    /// The most recent skipped samples' errors, newest last.
+    skipped_recent: Mutex<VecDeque<String>>,
 }
+
+/// Skip reports kept for `stats()`.
+const SKIPPED_KEPT: usize = 32;
 
 #[derive(Debug, Default)]
 struct Stage {
@@ -62,7 +71,21 @@ impl Stats {
             batches: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             errors: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            skipped_recent: Mutex::new(VecDeque::new()),
         }
+    }
+
+    pub(crate) fn skipped(&self, error: &Error) {
+        self.skipped.fetch_add(1, Relaxed);
+        let mut recent = self
+            .skipped_recent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if recent.len() == SKIPPED_KEPT {
+            recent.pop_front();
+        }
+        recent.push_back(error.to_string());
     }
 
     pub(crate) fn stage(&self, kind: StageKind, busy: Duration, items: u64) {
@@ -74,9 +97,10 @@ impl Stats {
         .add(busy, items);
     }
 
-    pub(crate) fn waited(&self, d: Duration) {
+    /// Time the consumer spent in `next()`; `done` when the call returned a batch.
+    pub(crate) fn waited(&self, d: Duration, done: bool) {
         self.wait_ns.fetch_add(d.as_nanos() as u64, Relaxed);
-        self.next_calls.fetch_add(1, Relaxed);
+        self.next_calls.fetch_add(u64::from(done), Relaxed);
     }
 
     pub(crate) fn delivered(&self, samples: u64, bytes: u64) {
@@ -107,6 +131,14 @@ impl Stats {
             batches: self.batches.load(Relaxed),
             bytes,
             errors: self.errors.load(Relaxed),
+            skipped: self.skipped.load(Relaxed),
+            skipped_recent: self
+                .skipped_recent
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned()
+                .collect(),
             samples_per_sec: per_sec(samples),
             bytes_per_sec: per_sec(bytes),
             wait_secs: wait,
@@ -155,6 +187,10 @@ pub struct StatsSnapshot {
     pub bytes: u64,
     /// Batches that failed (returned as errors from `next()`).
     pub errors: u64,
+    /// Samples that failed and were replaced (`on_error = skip`).
+    pub skipped: u64,
+    /// The errors of the most recently skipped samples (up to 32), oldest first.
+    pub skipped_recent: Vec<String>,
     /// Delivered samples per second of elapsed time.
     pub samples_per_sec: f64,
     /// Delivered bytes per second of elapsed time.

@@ -14,9 +14,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use chute_core::{Batch, BufferPool, Error, Plan, Sample, SampleRef, SampleRng, Source};
+use chute_core::{Batch, BufferPool, Error, OnError, Plan, Sample, SampleRef, SampleRng, Source};
 use chute_ops::Transform;
 
 use crate::collate::collate;
@@ -35,7 +35,12 @@ pub(crate) struct Job {
     pub(crate) pool: BufferPool,
     pub(crate) stats: Arc<Stats>,
     pub(crate) cancel: AtomicBool,
+    pub(crate) on_error: OnError,
 }
+
+/// With `on_error = skip`, how many following samples are tried in place of a failed one
+/// before the batch fails after all (a run of bad data that long is worth stopping for).
+const MAX_REPLACEMENTS: u64 = 16;
 
 impl Job {
     /// Batches left to deliver in this run.
@@ -50,7 +55,7 @@ impl Job {
     }
 
     /// Builds batch `b`: read, transform, collate. Every failure, panics included, becomes an
-    /// error naming the sample.
+    /// error naming the sample; with [`OnError::Skip`] a failed sample is replaced instead.
     pub(crate) fn build(&self, b: u64) -> Result<Batch, Error> {
         let (lo, hi) = self.batch_range(b);
         let mut ids = Vec::with_capacity((hi - lo) as usize);
@@ -58,35 +63,25 @@ impl Job {
 
         let t0 = Instant::now();
         for i in lo..hi {
-            if self.cancel.load(Ordering::Relaxed) {
-                return Err(self.cancelled(self.plan.get(i)));
-            }
             let id = self.plan.get(i);
-            ids.push(id);
-            let sample = catch_unwind(AssertUnwindSafe(|| self.source.read(id)))
-                .map_err(|p| self.panicked(id, String::new(), p))?
-                .map_err(|e| self.with_shard(e))?;
+            self.check_cancel(id)?;
+            let sample = match self.read(id) {
+                Ok(s) => s,
+                Err(e) => self.replace(i, e, false)?,
+            };
+            ids.push(sample.index);
             samples.push(sample);
         }
         let t1 = Instant::now();
         self.stats.stage(StageKind::Read, t1 - t0, hi - lo);
 
         if let Some(t) = &self.transform {
-            for s in &mut samples {
-                if self.cancel.load(Ordering::Relaxed) {
-                    return Err(self.cancelled(s.index));
-                }
-                let mut rng = SampleRng::for_sample(self.seed, self.epoch, s.index);
-                let (index, key) = (s.index, s.key.clone());
-                match catch_unwind(AssertUnwindSafe(|| t.apply(s, &mut rng))) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(source)) => {
-                        return Err(Error::Transform {
-                            sample: self.describe(index, key),
-                            source,
-                        });
-                    }
-                    Err(p) => return Err(self.panicked(index, key, p)),
+            for (k, s) in samples.iter_mut().enumerate() {
+                self.check_cancel(s.index)?;
+                if let Err(e) = self.transform_one(t.as_ref(), s) {
+                    let r = self.replace(lo + k as u64, e, true)?;
+                    ids[k] = r.index;
+                    *s = r;
                 }
             }
         }
@@ -101,6 +96,61 @@ impl Job {
             epoch: self.epoch,
             index: lo / self.batch_size,
         })
+    }
+
+    fn check_cancel(&self, id: u64) -> Result<(), Error> {
+        if self.cancel.load(Ordering::Relaxed) {
+            Err(self.cancelled(id))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Reads sample `id`, a panic in the source included in the errors.
+    fn read(&self, id: u64) -> Result<Sample, Error> {
+        catch_unwind(AssertUnwindSafe(|| self.source.read(id)))
+            .map_err(|p| self.panicked(id, String::new(), p))?
+            .map_err(|e| self.with_shard(e))
+    }
+
+    /// Runs the transform on `s` with the sample's own RNG.
+    fn transform_one(&self, t: &dyn Transform, s: &mut Sample) -> Result<(), Error> {
+        let mut rng = SampleRng::for_sample(self.seed, self.epoch, s.index);
+        match catch_unwind(AssertUnwindSafe(|| t.apply(s, &mut rng))) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(source)) => Err(Error::Transform {
+                sample: self.describe(s.index, s.key.clone()),
+                source,
+            }),
+            Err(p) => Err(self.panicked(s.index, s.key.clone(), p)),
+        }
+    }
+
+    /// With [`OnError::Raise`], `error`. With [`OnError::Skip`]: counts and reports the
+    /// failure, then returns the sample at the next plan position that reads (and, if
+    /// `transform`, transforms) cleanly, wrapping around the epoch. The replacement depends
+    /// only on the plan and the data, so the stream stays deterministic and the batch full.
+    fn replace(&self, i: u64, error: Error, transform: bool) -> Result<Sample, Error> {
+        if self.on_error == OnError::Raise {
+            return Err(error);
+        }
+        self.stats.skipped(&error);
+        let len = self.plan.len();
+        let mut last = error;
+        for k in 1..=MAX_REPLACEMENTS.min(len.saturating_sub(1)) {
+            let id = self.plan.get((i + k) % len);
+            let mut r = self.read(id);
+            if let (Ok(s), true, Some(t)) = (&mut r, transform, &self.transform)
+                && let Err(e) = self.transform_one(t.as_ref(), s)
+            {
+                r = Err(e);
+            }
+            match r {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     /// A sample reference with its shard filled in from the manifest.
@@ -215,41 +265,61 @@ impl Run {
         &self.shared.job
     }
 
-    /// The next batch in order with its number, or `None` when the run is complete.
-    pub(crate) fn next(&mut self) -> Option<(u64, Result<Batch, Error>)> {
+    /// The next batch in order with its number, [`Polled::Done`] when the run is complete, or
+    /// [`Polled::Pending`] if `timeout` passed first (then nothing was consumed). With zero
+    /// workers the batch is built here and the timeout does not apply.
+    pub(crate) fn next(&mut self, timeout: Option<Duration>) -> Polled {
         let job = &self.shared.job;
         let total = job.num_batches();
-        if self.workers == 0 {
-            let mut ring = self.shared.lock();
-            let b = ring.next_deliver;
-            if b >= total {
-                return None;
-            }
-            ring.next_deliver += 1;
-            drop(ring);
-            return Some((b, build_guarded(job, b)));
-        }
-        let cap = self.shared.cap();
         let mut ring = self.shared.lock();
         let b = ring.next_deliver;
         if b >= total {
-            return None;
+            return Polled::Done;
         }
-        let slot = (b % cap) as usize;
+        if self.workers == 0 {
+            ring.next_deliver += 1;
+            drop(ring);
+            return Polled::Ready(b, build_guarded(job, b));
+        }
+        let slot = (b % ring.slots.len() as u64) as usize;
+        let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             if let Some(result) = ring.slots[slot].take() {
                 ring.next_deliver += 1;
                 drop(ring);
                 self.shared.room.notify_all();
-                return Some((b, result));
+                return Polled::Ready(b, result);
             }
-            ring = self
-                .shared
-                .ready
-                .wait(ring)
-                .unwrap_or_else(|e| e.into_inner());
+            ring = match deadline {
+                None => self
+                    .shared
+                    .ready
+                    .wait(ring)
+                    .unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Polled::Pending;
+                    }
+                    self.shared
+                        .ready
+                        .wait_timeout(ring, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
         }
     }
+}
+
+/// What [`Run::next`] found.
+pub(crate) enum Polled {
+    /// Batch number and its result.
+    Ready(u64, Result<Batch, Error>),
+    /// Every batch of the run was delivered.
+    Done,
+    /// The timeout passed first.
+    Pending,
 }
 
 impl Drop for Run {

@@ -319,3 +319,106 @@ fn stats_count_stages_and_deliveries() {
     assert!(s.wait_fraction >= 0.0 && s.wait_fraction <= 1.0);
     let _ = Arc::new(s);
 }
+
+#[test]
+fn skip_replaces_failed_samples_deterministically_and_counts_them() {
+    let failing = |s: &mut Sample, _: &mut SampleRng| -> Result<(), BoxError> {
+        if s.index % 7 == 3 {
+            Err(format!("cannot decode {}", s.index).into())
+        } else {
+            Ok(())
+        }
+    };
+    let make = |workers: usize, prefetch: usize| {
+        Loader::builder(Synthetic::new(&[30, 25]))
+            .batch_size(6)
+            .shuffle(Shuffle::Global)
+            .seed(4)
+            .num_workers(workers)
+            .prefetch(prefetch)
+            .on_error(chute_core::OnError::Skip)
+            .transform(failing)
+            .build()
+            .unwrap()
+    };
+    check_matrix(make, &[0, 2, 4], &[1, 3], 2).unwrap();
+    let mut loader = make(2, 2);
+    let got = run_to_end(&mut loader, 0).unwrap();
+    let ids: Vec<u64> = got
+        .iter()
+        .flat_map(|(_, d)| d.ids.iter().copied())
+        .collect();
+    assert_eq!(ids.len(), 55, "batches stay full");
+    assert!(
+        ids.iter().all(|id| id % 7 != 3),
+        "no failed sample is delivered"
+    );
+    let stats = loader.stats();
+    assert_eq!(stats.skipped, (0..55).filter(|i| i % 7 == 3).count() as u64);
+    assert!(
+        stats
+            .skipped_recent
+            .iter()
+            .any(|m| m.contains("cannot decode")),
+        "{stats:?}"
+    );
+    assert_eq!(stats.errors, 0);
+}
+
+#[test]
+fn skip_gives_up_after_a_long_run_of_bad_samples() {
+    let all_bad = |_: &mut Sample, _: &mut SampleRng| -> Result<(), BoxError> { Err("bad".into()) };
+    let mut loader = Loader::builder(Synthetic::new(&[40]))
+        .batch_size(4)
+        .on_error(chute_core::OnError::Skip)
+        .transform(all_bad)
+        .build()
+        .unwrap();
+    let err = loader.next().unwrap().unwrap_err();
+    assert!(err.to_string().contains("bad"), "{err}");
+}
+
+#[test]
+fn next_timeout_returns_pending_without_consuming() {
+    let slow = |_: &mut Sample, _: &mut SampleRng| -> Result<(), BoxError> {
+        std::thread::sleep(Duration::from_millis(30));
+        Ok(())
+    };
+    let mut loader = Loader::builder(Synthetic::new(&[8]))
+        .batch_size(4)
+        .num_workers(1)
+        .transform(slow)
+        .build()
+        .unwrap();
+    let mut pending = 0;
+    let mut batches = Vec::new();
+    loop {
+        match loader.next_timeout(Duration::from_millis(5)) {
+            chute_pipeline::Poll::Pending => pending += 1,
+            chute_pipeline::Poll::Ready(Some(b)) => batches.push(b.unwrap().ids),
+            chute_pipeline::Poll::Ready(None) => break,
+        }
+    }
+    assert!(pending > 0, "a 120 ms batch is not ready within 5 ms");
+    assert_eq!(batches.concat(), (0..8).collect::<Vec<_>>());
+}
+
+#[test]
+fn pin_memory_without_cuda_falls_back_and_says_why() {
+    let mut loader = Loader::builder(Synthetic::new(&[8]))
+        .batch_size(4)
+        .pin_memory(true)
+        .build()
+        .unwrap();
+    if loader.pinned() {
+        // A machine with a CUDA runtime and a GPU: the buffers are page-locked.
+        assert!(loader.pin_memory_fallback().is_none());
+    } else {
+        let why = loader.pin_memory_fallback().expect("a reason");
+        assert!(
+            why.contains("libcudart") || why.contains("cudaHostAlloc"),
+            "{why}"
+        );
+    }
+    assert_eq!(loader.next().unwrap().unwrap().len(), 4);
+}
