@@ -7,6 +7,7 @@
 //! - [`TokenSource`], [`TokenOptions`], [`TokenWriter`]: nanoGPT-style token files (flat
 //!   `uint16`/`uint32` ids), read as non-overlapping windows of `seq_len + 1` tokens.
 //! - [`NpyHeader`], [`read_npy`], [`write_npy`]: numpy's `.npy` format, versions 1.0 to 3.0.
+//! - [`check::check_reader`]: the conformance suite every reader passes.
 //! - [`parse_token_text`], [`token_ids_from_npy`]: token ids from text or `.npy` arrays, to
 //!   feed a [`TokenWriter`].
 //!
@@ -34,6 +35,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod check;
 mod ids;
 mod npy;
 mod tokens;
