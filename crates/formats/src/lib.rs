@@ -35,10 +35,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod braces;
 pub mod check;
+pub mod example;
 mod ids;
 mod npy;
+pub mod tar;
+pub mod tfrecord;
 mod tokens;
+pub mod webdataset;
 
 pub use ids::{parse_token_text, token_ids_from_npy};
 pub use npy::{NpyHeader, npy_descr, read_npy, write_npy};
