@@ -1,5 +1,7 @@
 //! [`Source`]: what the engine reads samples from.
 
+use crate::batch::Column;
+use crate::buffer::BufferPool;
 use crate::error::Error;
 use crate::manifest::Manifest;
 use crate::sample::Sample;
@@ -15,6 +17,20 @@ pub trait Source: Send + Sync + 'static {
 
     /// Reads sample `id`; `id` is always `< manifest().total_samples()`.
     fn read(&self, id: u64) -> Result<Sample, Error>;
+
+    /// The columnar fast path: collates the samples `ids` (in order) straight into batch
+    /// columns from buffers in `pool`, without building a [`Sample`] per row. Returns `None`
+    /// when the source has no such path (the default); the engine then reads sample by sample.
+    /// Used only when the loader has no per-sample transforms. The columns must equal what
+    /// collating `read(id)` for each id would give.
+    fn collate(
+        &self,
+        ids: &[u64],
+        pool: &BufferPool,
+    ) -> Option<Result<Vec<(String, Column)>, Error>> {
+        let _ = (ids, pool);
+        None
+    }
 }
 
 impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
@@ -24,5 +40,13 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
 
     fn read(&self, id: u64) -> Result<Sample, Error> {
         (**self).read(id)
+    }
+
+    fn collate(
+        &self,
+        ids: &[u64],
+        pool: &BufferPool,
+    ) -> Option<Result<Vec<(String, Column)>, Error>> {
+        (**self).collate(ids, pool)
     }
 }

@@ -40,6 +40,8 @@ pub mod check;
 pub mod example;
 mod ids;
 mod npy;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod tar;
 pub mod tfrecord;
 mod tokens;

@@ -58,6 +58,11 @@ impl Job {
     /// error naming the sample; with [`OnError::Skip`] a failed sample is replaced instead.
     pub(crate) fn build(&self, b: u64) -> Result<Batch, Error> {
         let (lo, hi) = self.batch_range(b);
+        if self.transform.is_none()
+            && let Some(batch) = self.build_columnar(lo, hi)
+        {
+            return batch;
+        }
         let mut ids = Vec::with_capacity((hi - lo) as usize);
         let mut samples: Vec<Sample> = Vec::with_capacity((hi - lo) as usize);
 
@@ -96,6 +101,27 @@ impl Job {
             epoch: self.epoch,
             index: lo / self.batch_size,
         })
+    }
+
+    /// The source's columnar fast path for plan positions `lo..hi`, if it has one. Failures
+    /// here are batch-level (`on_error` applies to single samples on the sample path).
+    fn build_columnar(&self, lo: u64, hi: u64) -> Option<Result<Batch, Error>> {
+        let t0 = Instant::now();
+        let ids: Vec<u64> = (lo..hi).map(|i| self.plan.get(i)).collect();
+        let columns = match catch_unwind(AssertUnwindSafe(|| self.source.collate(&ids, &self.pool)))
+        {
+            Ok(None) => return None,
+            Ok(Some(Ok(columns))) => columns,
+            Ok(Some(Err(e))) => return Some(Err(self.with_shard(e))),
+            Err(p) => return Some(Err(self.panicked(ids[0], String::new(), p))),
+        };
+        self.stats.stage(StageKind::Collate, t0.elapsed(), 1);
+        Some(Ok(Batch {
+            columns,
+            ids,
+            epoch: self.epoch,
+            index: lo / self.batch_size,
+        }))
     }
 
     fn check_cancel(&self, id: u64) -> Result<(), Error> {

@@ -1,0 +1,995 @@
+//! Parquet: [`ParquetSource`] reads projected columns, [`ParquetWriter`] writes samples.
+//!
+//! Each row group is a shard of the manifest (`file.parquet#rowgroup3`), so block shuffle
+//! reads a window of row groups at a time, and the plan's rank split hands each rank whole
+//! row groups where it can. A decoded row group (only the projected columns, as Arrow
+//! arrays) is kept in a small cache shared by the workers; a batch is then gathered straight
+//! from the Arrow arrays into the batch's column buffers ([`Source::collate`]): numeric
+//! columns become `[B]` tensors, fixed-size lists `[B, k]`, binary and string columns
+//! variable-length columns. No object per row on that path.
+//!
+//! Nulls are refused with the column and row named: batches have no null representation.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
+    UInt32Type, UInt64Type,
+};
+use arrow_array::{
+    Array as ArrowArray, ArrayRef, BinaryArray, FixedSizeListArray, PrimitiveArray, RecordBatch,
+    StringArray,
+};
+use arrow_buffer::{OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field as ArrowField, Schema};
+use bytes::Bytes;
+use chute_core::{
+    Array, BufferPool, Column, ConfigError, DType, Error, Field, FieldName, Manifest, Sample,
+    ShardInfo, Source, Tensor, VarColumn,
+};
+use chute_io::MappedFile;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::arrow::arrow_writer::ArrowWriter;
+
+/// How to read Parquet files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ParquetOptions {
+    /// Columns to read, in this order (projection); `None` reads every column.
+    pub columns: Option<Vec<String>>,
+    /// Decoded row groups kept in memory, in bytes (default 1 GiB). At least a few row groups
+    /// are kept whatever the figure, so workers never evict each other's groups mid-batch.
+    pub cache_bytes: Option<usize>,
+}
+
+/// Default size of the decoded row-group cache.
+const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
+/// What a column becomes in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A numeric scalar per row: `[B]`.
+    Scalar(DType),
+    /// A fixed-size list of numbers per row: `[B, k]`.
+    List(DType, usize),
+    /// Bytes per row: variable-length.
+    Binary,
+    /// UTF-8 per row: variable-length.
+    Text,
+}
+
+fn numeric(dt: &DataType) -> Option<DType> {
+    Some(match dt {
+        DataType::Int8 => DType::I8,
+        DataType::Int16 => DType::I16,
+        DataType::Int32 => DType::I32,
+        DataType::Int64 => DType::I64,
+        DataType::UInt8 => DType::U8,
+        DataType::UInt16 => DType::U16,
+        DataType::UInt32 => DType::U32,
+        DataType::UInt64 => DType::U64,
+        DataType::Float32 => DType::F32,
+        DataType::Float64 => DType::F64,
+        _ => return None,
+    })
+}
+
+fn kind_of(field: &ArrowField, origin: &str) -> Result<Kind, Error> {
+    let dt = field.data_type();
+    if let Some(d) = numeric(dt) {
+        return Ok(Kind::Scalar(d));
+    }
+    match dt {
+        DataType::FixedSizeList(child, k) => match numeric(child.data_type()) {
+            Some(d) => Ok(Kind::List(d, *k as usize)),
+            None => Err(unsupported(field, origin)),
+        },
+        DataType::Binary => Ok(Kind::Binary),
+        DataType::Utf8 => Ok(Kind::Text),
+        _ => Err(unsupported(field, origin)),
+    }
+}
+
+fn unsupported(field: &ArrowField, origin: &str) -> Error {
+    ConfigError::new(
+        "columns",
+        format!(
+            "{origin}: column {:?} has type {}; chute reads integer and float columns, \
+             fixed-size lists of them, binary and string columns (project it away with \
+             columns=[...] or convert it)",
+            field.name(),
+            field.data_type()
+        ),
+    )
+    .into()
+}
+
+/// The little-endian bytes of a primitive array's values (no copy).
+fn primitive_bytes(a: &dyn ArrowArray) -> Option<&[u8]> {
+    fn raw<T: arrow_array::ArrowPrimitiveType>(a: &dyn ArrowArray) -> &[u8] {
+        let v: &[T::Native] = a.as_primitive::<T>().values();
+        // SAFETY: Arrow's native types are plain old data; the slice covers exactly the values.
+        unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+    }
+    Some(match a.data_type() {
+        DataType::Int8 => raw::<Int8Type>(a),
+        DataType::Int16 => raw::<Int16Type>(a),
+        DataType::Int32 => raw::<Int32Type>(a),
+        DataType::Int64 => raw::<Int64Type>(a),
+        DataType::UInt8 => raw::<UInt8Type>(a),
+        DataType::UInt16 => raw::<UInt16Type>(a),
+        DataType::UInt32 => raw::<UInt32Type>(a),
+        DataType::UInt64 => raw::<UInt64Type>(a),
+        DataType::Float32 => raw::<Float32Type>(a),
+        DataType::Float64 => raw::<Float64Type>(a),
+        _ => return None,
+    })
+}
+
+struct FileMeta {
+    path: PathBuf,
+    data: Bytes,
+    meta: ArrowReaderMetadata,
+    mask: ProjectionMask,
+    /// Where each requested column lands in a decoded batch (the reader returns projected
+    /// columns in file order, not in the order asked for).
+    order: Vec<usize>,
+}
+
+/// One decoded row group, shared by the workers that read from it.
+type Slot = Arc<OnceLock<Result<RecordBatch, String>>>;
+
+/// Parquet files as a [`Source`], one shard per row group.
+pub struct ParquetSource {
+    files: Vec<FileMeta>,
+    /// (file, row group) of each shard.
+    groups: Vec<(usize, usize)>,
+    /// Byte offset of each shard's first column chunk, for error messages.
+    offsets: Vec<u64>,
+    manifest: Manifest,
+    names: Vec<String>,
+    kinds: Vec<Kind>,
+    cache: Mutex<(HashMap<usize, Slot>, VecDeque<usize>)>,
+    cache_groups: usize,
+}
+
+impl std::fmt::Debug for ParquetSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParquetSource")
+            .field("files", &self.files.len())
+            .field("row_groups", &self.groups.len())
+            .field("columns", &self.names)
+            .finish()
+    }
+}
+
+impl ParquetSource {
+    /// Opens `paths` (memory-mapped; only footers are read here). Every file must have the
+    /// projected columns with the same types.
+    pub fn open<P: AsRef<Path>>(paths: &[P], options: ParquetOptions) -> Result<Self, Error> {
+        if paths.is_empty() {
+            return Err(ConfigError::new("paths", "no Parquet files given").into());
+        }
+        let mut files = Vec::new();
+        let mut groups = Vec::new();
+        let mut offsets = Vec::new();
+        let mut shards = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        let mut kinds: Vec<Kind> = Vec::new();
+        let mut total_uncompressed = 0i64;
+        for (fi, path) in paths.iter().enumerate() {
+            let path = path.as_ref();
+            let origin = path.display().to_string();
+            let map = MappedFile::open(path)?;
+            let data = map.bytes(0..map.len());
+            let meta =
+                ArrowReaderMetadata::load(&data, ArrowReaderOptions::new()).map_err(|e| {
+                    Error::corrupt(&origin, 0, format!("not a readable Parquet file: {e}"))
+                })?;
+            let schema = meta.schema().clone();
+            let indices: Vec<usize> = match &options.columns {
+                None => (0..schema.fields().len()).collect(),
+                Some(cols) => cols
+                    .iter()
+                    .map(|c| {
+                        schema.index_of(c).map_err(|_| {
+                            let have: Vec<&str> =
+                                schema.fields().iter().map(|f| f.name().as_str()).collect();
+                            Error::from(ConfigError::new(
+                                "columns",
+                                format!("{origin} has no column {c:?}; it has {have:?}"),
+                            ))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
+            let these: Vec<String> = indices
+                .iter()
+                .map(|&i| schema.field(i).name().clone())
+                .collect();
+            let these_kinds: Vec<Kind> = indices
+                .iter()
+                .map(|&i| kind_of(schema.field(i), &origin))
+                .collect::<Result<_, _>>()?;
+            if fi == 0 {
+                (names, kinds) = (these, these_kinds);
+            } else if these != names || these_kinds != kinds {
+                return Err(ConfigError::new(
+                    "paths",
+                    format!(
+                        "{origin} has columns {these:?} of kinds {these_kinds:?}, but {} has \
+                         {names:?} of kinds {kinds:?}; every file needs the same schema",
+                        paths[0].as_ref().display()
+                    ),
+                )
+                .into());
+            }
+            // Roots: a projected column is a top-level field (a list's leaves come with it).
+            let mask = ProjectionMask::roots(meta.parquet_schema(), indices.iter().copied());
+            let order = indices
+                .iter()
+                .map(|i| indices.iter().filter(|j| *j < i).count())
+                .collect();
+            for (gi, rg) in meta.metadata().row_groups().iter().enumerate() {
+                groups.push((fi, gi));
+                offsets.push(rg.columns().first().map_or(0, |c| c.byte_range().0));
+                total_uncompressed += rg.total_byte_size();
+                shards.push(ShardInfo {
+                    path: format!("{origin}#rowgroup{gi}"),
+                    samples: rg.num_rows().max(0) as u64,
+                    bytes: rg.compressed_size().max(0) as u64,
+                });
+            }
+            files.push(FileMeta {
+                path: path.to_path_buf(),
+                data,
+                meta,
+                mask,
+                order,
+            });
+        }
+        let avg = (total_uncompressed.max(1) as usize) / groups.len().max(1);
+        let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
+        let cache_groups = (cache_bytes / avg.max(1)).max(8);
+        let manifest = Manifest::new("parquet", shards).with_param("columns", names.join(","));
+        Ok(ParquetSource {
+            files,
+            groups,
+            offsets,
+            manifest,
+            names,
+            kinds,
+            cache: Mutex::new((HashMap::new(), VecDeque::new())),
+            cache_groups,
+        })
+    }
+
+    /// The projected column names, in batch order.
+    pub fn columns(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Decoded row group `shard` (from the cache, or decoded now by this thread while others
+    /// that need it wait for it).
+    fn group(&self, shard: usize) -> Result<RecordBatch, Error> {
+        let slot = {
+            let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let (map, order) = &mut *guard;
+            let slot = map.entry(shard).or_default().clone();
+            if let Some(pos) = order.iter().position(|&s| s == shard) {
+                order.remove(pos);
+            }
+            order.push_back(shard);
+            while order.len() > self.cache_groups {
+                if let Some(old) = order.pop_front() {
+                    map.remove(&old);
+                }
+            }
+            slot
+        };
+        slot.get_or_init(|| self.decode(shard))
+            .clone()
+            .map_err(|reason| {
+                let path = self.files[self.groups[shard].0].path.display().to_string();
+                Error::corrupt(path, self.offsets[shard], reason)
+            })
+    }
+
+    fn decode(&self, shard: usize) -> Result<RecordBatch, String> {
+        let (fi, gi) = self.groups[shard];
+        // A corrupt page can make the decoder panic; that is a bad file, not a crash.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_inner(shard)))
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "row group {gi}: the decoder failed on corrupt data"
+                ))
+            })
+            .map_err(|e| format!("{} {e}", self.files[fi].path.display()))
+    }
+
+    fn decode_inner(&self, shard: usize) -> Result<RecordBatch, String> {
+        let (fi, gi) = self.groups[shard];
+        let f = &self.files[fi];
+        let rows = self.manifest.shards[shard].samples as usize;
+        let reader =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(f.data.clone(), f.meta.clone())
+                .with_row_groups(vec![gi])
+                .with_projection(f.mask.clone())
+                .with_batch_size(rows.max(1))
+                .build()
+                .map_err(|e| format!("row group {gi}: {e}"))?;
+        let mut batches = Vec::new();
+        for b in reader {
+            batches.push(b.map_err(|e| format!("row group {gi}: {e}"))?);
+        }
+        // The batch size is the row group's row count, so the reader yields one batch.
+        let batch = match batches.len() {
+            1 => batches.pop().expect("one batch"),
+            n => {
+                return Err(format!(
+                    "row group {gi} decoded into {n} batches where one was expected"
+                ));
+            }
+        };
+        // Requested order, and arrays whose lengths and offsets the gathers can trust.
+        let columns: Vec<ArrayRef> = f.order.iter().map(|&i| batch.column(i).clone()).collect();
+        for (c, col) in columns.iter().enumerate() {
+            if col.len() != rows {
+                return Err(format!(
+                    "row group {gi}: column {:?} has {} values for {rows} rows",
+                    self.names[c],
+                    col.len()
+                ));
+            }
+            col.to_data().validate_full().map_err(|e| {
+                format!("row group {gi}: column {:?} is corrupt: {e}", self.names[c])
+            })?;
+        }
+        let fields: Vec<ArrowField> = f
+            .order
+            .iter()
+            .map(|&i| batch.schema().field(i).clone())
+            .collect();
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+            .map_err(|e| format!("row group {gi}: {e}"))
+    }
+
+    fn null_error(&self, shard: usize, row: usize, col: usize) -> Error {
+        Error::corrupt(
+            self.manifest.shards[shard].path.clone(),
+            self.offsets[shard],
+            format!(
+                "column {:?} is null in row {row} of the row group; chute batches have no \
+                 nulls: fill them (or filter those rows) when writing the file",
+                self.names[col]
+            ),
+        )
+    }
+}
+
+impl Source for ParquetSource {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn read(&self, id: u64) -> Result<Sample, Error> {
+        let (shard, row) = self.manifest.locate(id).ok_or_else(|| {
+            ConfigError::new("id", format!("sample {id} is past the dataset's end"))
+        })?;
+        let row = row as usize;
+        let rg = self.group(shard)?;
+        let mut sample = Sample::new(id);
+        for (c, (name, kind)) in self.names.iter().zip(&self.kinds).enumerate() {
+            let col = rg.column(c);
+            if col.is_null(row) {
+                return Err(self.null_error(shard, row, c));
+            }
+            let field = match kind {
+                Kind::Scalar(d) => {
+                    let raw = primitive_bytes(col.as_ref()).expect("numeric column");
+                    let s = d.size();
+                    Field::Array(Array::new(
+                        *d,
+                        vec![],
+                        Bytes::copy_from_slice(&raw[row * s..(row + 1) * s]),
+                    ))
+                }
+                Kind::List(d, k) => {
+                    let list = col.as_fixed_size_list();
+                    let raw = primitive_bytes(list.values().as_ref()).expect("numeric list");
+                    let s = d.size() * k;
+                    let start = list.value_offset_at(row) * d.size();
+                    Field::Array(Array::new(
+                        *d,
+                        vec![*k],
+                        Bytes::copy_from_slice(&raw[start..start + s]),
+                    ))
+                }
+                Kind::Binary => {
+                    Field::Bytes(Bytes::copy_from_slice(col.as_binary::<i32>().value(row)))
+                }
+                Kind::Text => Field::Text(Bytes::copy_from_slice(
+                    col.as_string::<i32>().value(row).as_bytes(),
+                )),
+            };
+            sample.fields.push((FieldName::Owned(name.clone()), field));
+        }
+        Ok(sample)
+    }
+
+    fn collate(
+        &self,
+        ids: &[u64],
+        pool: &BufferPool,
+    ) -> Option<Result<Vec<(String, Column)>, Error>> {
+        Some(self.gather(ids, pool))
+    }
+}
+
+impl ParquetSource {
+    /// The columnar fast path: rows gathered from cached Arrow arrays into batch buffers.
+    fn gather(&self, ids: &[u64], pool: &BufferPool) -> Result<Vec<(String, Column)>, Error> {
+        // Locate every row once; consecutive rows mostly share a row group.
+        let mut rows = Vec::with_capacity(ids.len());
+        let mut groups: Vec<(usize, RecordBatch)> = Vec::new();
+        let mut index: HashMap<usize, usize> = HashMap::new();
+        let mut last = usize::MAX;
+        for &id in ids {
+            let (shard, row) = self.manifest.locate(id).ok_or_else(|| {
+                ConfigError::new("id", format!("sample {id} is past the dataset's end"))
+            })?;
+            if last == usize::MAX || groups[last].0 != shard {
+                last = match index.get(&shard) {
+                    Some(&i) => i,
+                    None => {
+                        groups.push((shard, self.group(shard)?));
+                        index.insert(shard, groups.len() - 1);
+                        groups.len() - 1
+                    }
+                };
+            }
+            rows.push((last, row as usize));
+        }
+        let n = ids.len();
+        let mut out = Vec::with_capacity(self.names.len());
+        for (c, (name, kind)) in self.names.iter().zip(&self.kinds).enumerate() {
+            for &(gi, row) in &rows {
+                if groups[gi].1.column(c).is_null(row) {
+                    return Err(self.null_error(groups[gi].0, row, c));
+                }
+            }
+            let column = match *kind {
+                Kind::Scalar(d) | Kind::List(d, _) => {
+                    let k = if let Kind::List(_, k) = *kind { k } else { 1 };
+                    let w = d.size() * k;
+                    let mut buf = pool.take(n * w);
+                    let dst = buf.as_mut_slice();
+                    for (i, &(gi, row)) in rows.iter().enumerate() {
+                        let col = groups[gi].1.column(c);
+                        let (raw, start) = match kind {
+                            Kind::List(..) => {
+                                let list = col.as_fixed_size_list();
+                                let raw =
+                                    primitive_bytes(list.values().as_ref()).expect("numeric list");
+                                (raw, list.value_offset_at(row) * d.size())
+                            }
+                            _ => (primitive_bytes(col.as_ref()).expect("numeric"), row * w),
+                        };
+                        dst[i * w..(i + 1) * w].copy_from_slice(&raw[start..start + w]);
+                    }
+                    let shape = if k == 1 && matches!(kind, Kind::Scalar(_)) {
+                        vec![n]
+                    } else {
+                        vec![n, k]
+                    };
+                    Column::Tensor(Tensor::new(d, shape, buf))
+                }
+                Kind::Binary | Kind::Text => {
+                    let value = |gi: usize, row: usize| -> &[u8] {
+                        let col = groups[gi].1.column(c);
+                        if *kind == Kind::Text {
+                            col.as_string::<i32>().value(row).as_bytes()
+                        } else {
+                            col.as_binary::<i32>().value(row)
+                        }
+                    };
+                    let total: usize = rows.iter().map(|&(gi, row)| value(gi, row).len()).sum();
+                    let mut offsets = pool.take((n + 1) * 8);
+                    let mut data = pool.take(total);
+                    let (offs, bytes) = (offsets.as_mut_slice(), data.as_mut_slice());
+                    offs[..8].copy_from_slice(&0i64.to_le_bytes());
+                    let mut pos = 0;
+                    for (i, &(gi, row)) in rows.iter().enumerate() {
+                        let v = value(gi, row);
+                        bytes[pos..pos + v.len()].copy_from_slice(v);
+                        pos += v.len();
+                        offs[(i + 1) * 8..(i + 2) * 8].copy_from_slice(&(pos as i64).to_le_bytes());
+                    }
+                    Column::Var(VarColumn {
+                        offsets: Tensor::new(DType::I64, vec![n + 1], offsets),
+                        data: Tensor::new(DType::U8, vec![total], data),
+                        text: *kind == Kind::Text,
+                    })
+                }
+            };
+            out.push((name.clone(), column));
+        }
+        Ok(out)
+    }
+}
+
+/// Writes samples to a Parquet file: numeric scalars become numeric columns, fixed-shape 1-D
+/// arrays fixed-size lists, bytes binary and text string columns. The schema is taken from
+/// the first sample; a row group is written every `row_group_rows` samples. The file is
+/// written under `<path>.tmp` and renamed by [`ParquetWriter::finish`].
+pub struct ParquetWriter {
+    path: PathBuf,
+    tmp: PathBuf,
+    row_group_rows: usize,
+    columns: Vec<(String, Kind, Vec<u8>, Vec<i32>)>,
+    rows: usize,
+    written: u64,
+    writer: Option<ArrowWriter<File>>,
+    schema: Option<Arc<Schema>>,
+}
+
+impl std::fmt::Debug for ParquetWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParquetWriter")
+            .field("path", &self.path)
+            .field("rows", &self.written)
+            .finish()
+    }
+}
+
+impl ParquetWriter {
+    /// A writer to `path`, flushing a row group every `row_group_rows` rows.
+    pub fn create(path: impl AsRef<Path>, row_group_rows: usize) -> Result<Self, Error> {
+        let path = path.as_ref().to_path_buf();
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(".tmp");
+        Ok(ParquetWriter {
+            path,
+            tmp: tmp.into(),
+            row_group_rows: row_group_rows.max(1),
+            columns: Vec::new(),
+            rows: 0,
+            written: 0,
+            writer: None,
+            schema: None,
+        })
+    }
+
+    fn origin(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    /// Adds a row.
+    pub fn write(&mut self, sample: &Sample) -> Result<(), Error> {
+        if self.schema.is_none() {
+            let mut fields = Vec::new();
+            for (name, f) in &sample.fields {
+                let (kind, dt) = match f {
+                    Field::Array(a) if a.shape.is_empty() => (
+                        Kind::Scalar(a.out_dtype()),
+                        arrow_type(a.out_dtype(), &self.origin())?,
+                    ),
+                    Field::Array(a) if a.shape.len() == 1 => {
+                        let child = arrow_type(a.out_dtype(), &self.origin())?;
+                        (
+                            Kind::List(a.out_dtype(), a.shape[0]),
+                            DataType::FixedSizeList(
+                                Arc::new(ArrowField::new("item", child, false)),
+                                a.shape[0] as i32,
+                            ),
+                        )
+                    }
+                    Field::Bytes(_) => (Kind::Binary, DataType::Binary),
+                    Field::Text(_) => (Kind::Text, DataType::Utf8),
+                    _ => {
+                        return Err(ConfigError::new(
+                            "parquet",
+                            format!("field {name:?}: only scalars, 1-D arrays, bytes and text"),
+                        )
+                        .into());
+                    }
+                };
+                fields.push(ArrowField::new(name.as_ref(), dt, false));
+                self.columns
+                    .push((name.to_string(), kind, Vec::new(), vec![0]));
+            }
+            let schema = Arc::new(Schema::new(fields));
+            let file = File::create(&self.tmp)
+                .map_err(|e| Error::io(self.tmp.display().to_string(), e))?;
+            let writer = ArrowWriter::try_new(file, schema.clone(), None)
+                .map_err(|e| Error::io(self.origin(), std::io::Error::other(e)))?;
+            self.writer = Some(writer);
+            self.schema = Some(schema);
+        }
+        if sample.fields.len() != self.columns.len() {
+            return Err(ConfigError::new(
+                "parquet",
+                format!(
+                    "sample {} has {} fields, the first sample {}",
+                    sample.index,
+                    sample.fields.len(),
+                    self.columns.len()
+                ),
+            )
+            .into());
+        }
+        for ((name, kind, data, offsets), (fname, f)) in self.columns.iter_mut().zip(&sample.fields)
+        {
+            let ok = match (f, *kind) {
+                (Field::Array(a), Kind::Scalar(d)) if a.shape.is_empty() && a.out_dtype() == d => {
+                    let mut v = vec![0u8; d.size()];
+                    chute_core::cast_into(a.dtype, &a.data, d, &mut v);
+                    data.extend_from_slice(&v);
+                    true
+                }
+                (Field::Array(a), Kind::List(d, k)) if a.shape == [k] && a.out_dtype() == d => {
+                    let mut v = vec![0u8; d.size() * k];
+                    chute_core::cast_into(a.dtype, &a.data, d, &mut v);
+                    data.extend_from_slice(&v);
+                    true
+                }
+                (Field::Bytes(b), Kind::Binary) | (Field::Text(b), Kind::Text) => {
+                    data.extend_from_slice(b);
+                    offsets.push(data.len() as i32);
+                    true
+                }
+                _ => false,
+            };
+            if !ok || name != fname {
+                return Err(ConfigError::new(
+                    "parquet",
+                    format!(
+                        "sample {}: field {fname:?} differs from the first sample's {name:?}",
+                        sample.index
+                    ),
+                )
+                .into());
+            }
+        }
+        self.rows += 1;
+        if self.rows >= self.row_group_rows {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        if self.rows == 0 {
+            return Ok(());
+        }
+        let mut arrays: Vec<ArrayRef> = Vec::new();
+        for (_, kind, data, offsets) in &mut self.columns {
+            let raw = std::mem::take(data);
+            let offs = std::mem::replace(offsets, vec![0]);
+            arrays.push(match *kind {
+                Kind::Scalar(d) => primitive_array(d, raw),
+                Kind::List(d, k) => {
+                    let child = primitive_array(d, raw);
+                    let field = Arc::new(ArrowField::new("item", child.data_type().clone(), false));
+                    Arc::new(FixedSizeListArray::new(field, k as i32, child, None))
+                }
+                Kind::Binary => Arc::new(BinaryArray::new(
+                    OffsetBuffer::new(ScalarBuffer::from(offs)),
+                    raw.into(),
+                    None,
+                )),
+                Kind::Text => Arc::new(
+                    StringArray::try_new(
+                        OffsetBuffer::new(ScalarBuffer::from(offs)),
+                        raw.into(),
+                        None,
+                    )
+                    .map_err(|e| ConfigError::new("parquet", format!("text column: {e}")))?,
+                ),
+            });
+        }
+        let schema = self.schema.clone().expect("schema set with the first row");
+        let batch = RecordBatch::try_new(schema, arrays)
+            .map_err(|e| Error::io(self.origin(), std::io::Error::other(e)))?;
+        let origin = self.origin();
+        let w = self.writer.as_mut().expect("writer set with the first row");
+        w.write(&batch)
+            .map_err(|e| Error::io(&origin, std::io::Error::other(e)))?;
+        w.flush()
+            .map_err(|e| Error::io(&origin, std::io::Error::other(e)))?;
+        self.written += self.rows as u64;
+        self.rows = 0;
+        Ok(())
+    }
+
+    /// Writes the last row group and the footer, then renames the file into place. Returns
+    /// the rows written.
+    pub fn finish(mut self) -> Result<u64, Error> {
+        self.flush()?;
+        match self.writer.take() {
+            Some(w) => {
+                w.close()
+                    .map_err(|e| Error::io(self.origin(), std::io::Error::other(e)))?;
+            }
+            None => {
+                return Err(ConfigError::new(
+                    "parquet",
+                    "no rows written: an empty file has no schema",
+                )
+                .into());
+            }
+        }
+        std::fs::rename(&self.tmp, &self.path).map_err(|e| Error::io(self.origin(), e))?;
+        Ok(self.written)
+    }
+}
+
+fn arrow_type(d: DType, origin: &str) -> Result<DataType, Error> {
+    Ok(match d {
+        DType::I8 => DataType::Int8,
+        DType::I16 => DataType::Int16,
+        DType::I32 => DataType::Int32,
+        DType::I64 => DataType::Int64,
+        DType::U8 => DataType::UInt8,
+        DType::U16 => DataType::UInt16,
+        DType::U32 => DataType::UInt32,
+        DType::U64 => DataType::UInt64,
+        DType::F32 => DataType::Float32,
+        DType::F64 => DataType::Float64,
+        other => {
+            return Err(ConfigError::new(
+                "parquet",
+                format!("{origin}: cannot store {other} in Parquet"),
+            )
+            .into());
+        }
+    })
+}
+
+fn primitive_array(d: DType, raw: Vec<u8>) -> ArrayRef {
+    fn make<T: arrow_array::ArrowPrimitiveType>(raw: Vec<u8>) -> ArrayRef {
+        let n = raw.len() / std::mem::size_of::<T::Native>();
+        let values: Vec<T::Native> = (0..n)
+            .map(|i| {
+                let s = std::mem::size_of::<T::Native>();
+                // SAFETY: `raw` holds n little-endian values of T::Native, a plain old data type;
+                // read_unaligned copes with Vec<u8>'s alignment.
+                unsafe { std::ptr::read_unaligned(raw[i * s..].as_ptr().cast::<T::Native>()) }
+            })
+            .collect();
+        Arc::new(PrimitiveArray::<T>::new(ScalarBuffer::from(values), None))
+    }
+    match d {
+        DType::I8 => make::<Int8Type>(raw),
+        DType::I16 => make::<Int16Type>(raw),
+        DType::I32 => make::<Int32Type>(raw),
+        DType::I64 => make::<Int64Type>(raw),
+        DType::U8 => make::<UInt8Type>(raw),
+        DType::U16 => make::<UInt16Type>(raw),
+        DType::U32 => make::<UInt32Type>(raw),
+        DType::U64 => make::<UInt64Type>(raw),
+        DType::F32 => make::<Float32Type>(raw),
+        _ => make::<Float64Type>(raw),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{ReaderUnderTest, check_reader, same_sample};
+
+    fn sample(i: u64) -> Sample {
+        let label = (i as i64 * 7 - 3).to_le_bytes();
+        let feats: Vec<u8> = (0..4)
+            .flat_map(|k| (i as f32 + k as f32 * 0.5).to_le_bytes())
+            .collect();
+        Sample::new(i)
+            .with(
+                "label",
+                Field::Array(Array::new(
+                    DType::I64,
+                    vec![],
+                    Bytes::copy_from_slice(&label),
+                )),
+            )
+            .with(
+                "x",
+                Field::Array(Array::new(DType::F32, vec![4], Bytes::from(feats))),
+            )
+            .with(
+                "raw",
+                Field::Bytes(Bytes::from(vec![i as u8; (i % 5) as usize])),
+            )
+            .with("caption", Field::Text(Bytes::from(format!("row {i} é"))))
+    }
+
+    fn write(dir: &Path, name: &str, samples: &[Sample], rg: usize) -> PathBuf {
+        let path = dir.join(name);
+        let mut w = ParquetWriter::create(&path, rg).unwrap();
+        for s in samples {
+            w.write(s).unwrap();
+        }
+        assert_eq!(w.finish().unwrap(), samples.len() as u64);
+        path
+    }
+
+    struct Under;
+
+    impl ReaderUnderTest for Under {
+        fn name(&self) -> &str {
+            "parquet"
+        }
+
+        fn write(&self, samples: &[Sample]) -> Result<Vec<u8>, Error> {
+            let dir = tempfile::tempdir().unwrap();
+            let p = write(dir.path(), "w.parquet", samples, 3);
+            Ok(std::fs::read(p).unwrap())
+        }
+
+        fn read_all(&self, shard: &[u8], origin: &str) -> Result<Vec<Sample>, Error> {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("shard-under-test.parquet");
+            std::fs::write(&p, shard).unwrap();
+            let src = ParquetSource::open(&[&p], ParquetOptions::default())
+                .map_err(|e| Error::corrupt(origin, 0, e.to_string()))?;
+            (0..src.manifest().total_samples())
+                .map(|id| {
+                    src.read(id)
+                        .map_err(|e| Error::corrupt(origin, 0, e.to_string()))
+                })
+                .collect()
+        }
+
+        fn read_at(&self, shard: &[u8], origin: &str, i: usize) -> Result<Sample, Error> {
+            let all = self.read_all(shard, origin)?;
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("s.parquet");
+            std::fs::write(&p, shard).unwrap();
+            let src = ParquetSource::open(&[&p], ParquetOptions::default())?;
+            // Random access through a cold cache must agree with the sequential pass.
+            let got = src.read(i as u64)?;
+            same_sample(&all[i], &got).map_err(|e| Error::corrupt(origin, 0, e))?;
+            Ok(got)
+        }
+    }
+
+    fn keyless(s: Sample) -> Sample {
+        Sample {
+            key: String::new(),
+            ..s
+        }
+    }
+
+    #[test]
+    fn round_trips_and_passes_the_reader_suite() {
+        let samples: Vec<Sample> = (0..7).map(sample).map(keyless).collect();
+        check_reader(&Under, &samples).unwrap();
+    }
+
+    #[test]
+    fn row_groups_are_shards_and_gather_matches_per_sample_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(
+            dir.path(),
+            "a.parquet",
+            &(0..10).map(sample).collect::<Vec<_>>(),
+            4,
+        );
+        let b = write(
+            dir.path(),
+            "b.parquet",
+            &(10..15).map(sample).collect::<Vec<_>>(),
+            4,
+        );
+        let src = ParquetSource::open(&[&a, &b], ParquetOptions::default()).unwrap();
+        let m = src.manifest();
+        assert_eq!(m.shards.len(), 5, "4 + 4 + 2 rows, then 4 + 1");
+        assert_eq!(m.total_samples(), 15);
+        assert!(m.shards[1].path.ends_with("a.parquet#rowgroup1"));
+        let pool = BufferPool::new(8);
+        let ids = [14u64, 0, 7, 3, 11];
+        let cols = src.collate(&ids, &pool).unwrap().unwrap();
+        assert_eq!(
+            cols.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["label", "x", "raw", "caption"]
+        );
+        let label = cols[0].1.as_tensor().unwrap();
+        assert_eq!(label.shape(), [5]);
+        assert_eq!(
+            label.as_slice::<i64>().unwrap(),
+            ids.map(|i| i as i64 * 7 - 3)
+        );
+        let x = cols[1].1.as_tensor().unwrap();
+        assert_eq!(x.shape(), [5, 4]);
+        assert_eq!(x.as_slice::<f32>().unwrap()[4..8], [0.0, 0.5, 1.0, 1.5]);
+        let Column::Var(caption) = &cols[3].1 else {
+            panic!()
+        };
+        assert_eq!(caption.get(2), "row 7 é".as_bytes());
+        let Column::Var(raw) = &cols[2].1 else {
+            panic!()
+        };
+        assert_eq!(raw.get(0), [14u8; 4]);
+        for &id in &ids {
+            same_sample(&keyless(sample(id)), &src.read(id).unwrap()).unwrap();
+        }
+    }
+
+    #[test]
+    fn projection_and_errors_name_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(
+            dir.path(),
+            "a.parquet",
+            &(0..3).map(sample).collect::<Vec<_>>(),
+            8,
+        );
+        let opts = ParquetOptions {
+            columns: Some(vec!["caption".into(), "label".into()]),
+            ..Default::default()
+        };
+        let src = ParquetSource::open(&[&a], opts).unwrap();
+        assert_eq!(src.columns(), ["caption", "label"]);
+        let s = src.read(2).unwrap();
+        assert_eq!(
+            s.fields.iter().map(|(n, _)| n.as_ref()).collect::<Vec<_>>(),
+            ["caption", "label"]
+        );
+        let bad = ParquetOptions {
+            columns: Some(vec!["nope".into()]),
+            ..Default::default()
+        };
+        let e = ParquetSource::open(&[&a], bad).unwrap_err().to_string();
+        assert!(e.contains("nope") && e.contains("caption"), "{e}");
+        let junk = dir.path().join("junk.parquet");
+        std::fs::write(&junk, b"not parquet at all").unwrap();
+        let e = ParquetSource::open(&[&junk], ParquetOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("junk.parquet"), "{e}");
+    }
+
+    #[test]
+    fn reads_pyarrow_golden_files_exactly() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/parquet");
+        for name in ["pyarrow_golden.parquet", "pyarrow_golden_zstd.parquet"] {
+            let src = ParquetSource::open(&[dir.join(name)], ParquetOptions::default()).unwrap();
+            assert_eq!(src.manifest().total_samples(), 50);
+            let cols = src.columns().to_vec();
+            assert_eq!(cols.len(), 20, "{cols:?}");
+            let ids: Vec<u64> = (0..50).rev().collect();
+            let batch = src.collate(&ids, &BufferPool::new(4)).unwrap().unwrap();
+            for (j, (name, col)) in batch.iter().enumerate().take(16) {
+                assert_eq!(name, &format!("f{j}"));
+                let v = col.as_tensor().unwrap().as_slice::<f32>().unwrap();
+                for (r, &id) in ids.iter().enumerate() {
+                    assert_eq!(v[r], id as f32 * (j as f32 + 1.0) + 0.25);
+                }
+            }
+            let label = batch[16].1.as_tensor().unwrap().as_slice::<i64>().unwrap();
+            assert_eq!(label[0], 49 * 3 - 7);
+            let Column::Var(caption) = &batch[17].1 else {
+                panic!()
+            };
+            assert_eq!(caption.get(1), "caption 48 ✓".as_bytes());
+            let emb = batch[18].1.as_tensor().unwrap();
+            assert_eq!(emb.shape(), [50, 3]);
+            assert_eq!(&emb.as_slice::<i32>().unwrap()[..3], [147, 148, 149]);
+            let Column::Var(blob) = &batch[19].1 else {
+                panic!()
+            };
+            assert_eq!(blob.get(0), [49u8]);
+            let s = src.read(5).unwrap();
+            let Some(Field::Text(t)) = s.get("caption") else {
+                panic!()
+            };
+            assert_eq!(&t[..], "caption 5 ✓".as_bytes());
+        }
+    }
+}
