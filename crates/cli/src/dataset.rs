@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use chute::core::{DType, Source};
+use chute::formats::parquet::{ParquetOptions, ParquetSource};
 use chute::formats::{TokenOptions, TokenSource};
 use clap::{Args, ValueEnum};
 
@@ -13,12 +14,15 @@ use clap::{Args, ValueEnum};
 pub(crate) enum Format {
     /// Flat little-endian token ids (nanoGPT's `.bin`).
     Tokens,
+    /// Apache Parquet (`.parquet`): columns become batch columns.
+    Parquet,
 }
 
 /// Where the data is and how to read it.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct DatasetArgs {
-    /// Shard files (token files: one `.bin` per shard).
+    /// Shard files (token files: one `.bin` per shard; Parquet files: each row group is a
+    /// shard).
     #[arg(required = true)]
     pub(crate) paths: Vec<PathBuf>,
     /// Format; by default taken from the file extension (`.bin` = tokens).
@@ -33,6 +37,12 @@ pub(crate) struct DatasetArgs {
     /// Token files: the dtype of the batch tensor (uint16, int32 or int64).
     #[arg(long, default_value = "int64", value_parser = parse_dtype)]
     pub(crate) out_dtype: DType,
+    /// Parquet: the columns to read, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) columns: Option<Vec<String>>,
+    /// Parquet: rows per shard (row groups are split into chunks of this many rows).
+    #[arg(long)]
+    pub(crate) chunk_rows: Option<usize>,
 }
 
 pub(crate) fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -47,8 +57,10 @@ impl DatasetArgs {
         let first = &self.paths[0];
         match first.extension().and_then(|e| e.to_str()) {
             Some("bin") => Ok(Format::Tokens),
+            Some("parquet" | "pq") => Ok(Format::Parquet),
             other => bail!(
-                "cannot tell the format of {} from its extension {other:?}; pass --format tokens",
+                "cannot tell the format of {} from its extension {other:?}; pass --format \
+                 tokens or --format parquet",
                 first.display()
             ),
         }
@@ -65,6 +77,16 @@ impl DatasetArgs {
                 };
                 let source = TokenSource::open(&self.paths, opts)
                     .with_context(|| format!("opening token files {:?}", self.paths))?;
+                Ok(Arc::new(source))
+            }
+            Format::Parquet => {
+                let opts = ParquetOptions {
+                    columns: self.columns.clone(),
+                    chunk_rows: self.chunk_rows,
+                    ..Default::default()
+                };
+                let source = ParquetSource::open(&self.paths, opts)
+                    .with_context(|| format!("opening Parquet files {:?}", self.paths))?;
                 Ok(Arc::new(source))
             }
         }

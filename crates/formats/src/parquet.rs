@@ -1,8 +1,9 @@
 //! Parquet: [`ParquetSource`] reads projected columns, [`ParquetWriter`] writes samples.
 //!
-//! Each row group is a shard of the manifest (`file.parquet#rowgroup3`), so block shuffle
-//! reads a window of row groups at a time, and the plan's rank split hands each rank whole
-//! row groups where it can. A decoded row group (only the projected columns, as Arrow
+//! A shard of the manifest is a chunk of at most [`ParquetOptions::chunk_rows`] rows of one
+//! row group (`file.parquet#rowgroup3:65536+65536`), so block shuffle works on a window of
+//! chunks whose columns fit in the CPU's cache, and the plan's rank split hands each rank
+//! whole chunks where it can. A decoded row group (only the projected columns, as Arrow
 //! arrays) is kept in a small cache shared by the workers; a batch is then gathered straight
 //! from the Arrow arrays into the batch's column buffers ([`Source::collate`]): numeric
 //! columns become `[B]` tensors, fixed-size lists `[B, k]`, binary and string columns
@@ -46,7 +47,15 @@ pub struct ParquetOptions {
     /// Decoded row groups kept in memory, in bytes (default 1 GiB). At least a few row groups
     /// are kept whatever the figure, so workers never evict each other's groups mid-batch.
     pub cache_bytes: Option<usize>,
+    /// Rows per shard (default 65,536): row groups are split into chunks of this many rows.
+    /// Block shuffle permutes chunks and shuffles rows within windows of chunks, so smaller
+    /// chunks keep a window's columns in cache (gathers from memory that is not in cache
+    /// cost a miss per column per row).
+    pub chunk_rows: Option<usize>,
 }
+
+/// Default rows per shard.
+const DEFAULT_CHUNK_ROWS: usize = 1 << 16;
 
 /// Default size of the decoded row-group cache.
 const DEFAULT_CACHE_BYTES: usize = 1 << 30;
@@ -148,10 +157,12 @@ type Slot = Arc<OnceLock<Result<RecordBatch, String>>>;
 /// Parquet files as a [`Source`], one shard per row group.
 pub struct ParquetSource {
     files: Vec<FileMeta>,
-    /// (file, row group) of each shard.
-    groups: Vec<(usize, usize)>,
-    /// Byte offset of each shard's first column chunk, for error messages.
+    /// (file, row group in the file, rows) of each row group of the dataset.
+    groups: Vec<(usize, usize, u64)>,
+    /// Byte offset of each row group's first column chunk, for error messages.
     offsets: Vec<u64>,
+    /// (row group, first row) of each shard.
+    chunks: Vec<(usize, u64)>,
     manifest: Manifest,
     names: Vec<String>,
     kinds: Vec<Kind>,
@@ -164,6 +175,7 @@ impl std::fmt::Debug for ParquetSource {
         f.debug_struct("ParquetSource")
             .field("files", &self.files.len())
             .field("row_groups", &self.groups.len())
+            .field("shards", &self.chunks.len())
             .field("columns", &self.names)
             .finish()
     }
@@ -179,7 +191,9 @@ impl ParquetSource {
         let mut files = Vec::new();
         let mut groups = Vec::new();
         let mut offsets = Vec::new();
+        let mut chunks = Vec::new();
         let mut shards = Vec::new();
+        let chunk_rows = options.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1) as u64;
         let mut names: Vec<String> = Vec::new();
         let mut kinds: Vec<Kind> = Vec::new();
         let mut total_uncompressed = 0i64;
@@ -237,14 +251,28 @@ impl ParquetSource {
                 .map(|i| indices.iter().filter(|j| *j < i).count())
                 .collect();
             for (gi, rg) in meta.metadata().row_groups().iter().enumerate() {
-                groups.push((fi, gi));
+                let rows = rg.num_rows().max(0) as u64;
+                let g = groups.len();
+                groups.push((fi, gi, rows));
                 offsets.push(rg.columns().first().map_or(0, |c| c.byte_range().0));
                 total_uncompressed += rg.total_byte_size();
-                shards.push(ShardInfo {
-                    path: format!("{origin}#rowgroup{gi}"),
-                    samples: rg.num_rows().max(0) as u64,
-                    bytes: rg.compressed_size().max(0) as u64,
-                });
+                let mut first = 0;
+                while first < rows || (rows == 0 && first == 0) {
+                    let n = chunk_rows.min(rows - first);
+                    chunks.push((g, first));
+                    shards.push(ShardInfo {
+                        path: format!("{origin}#rowgroup{gi}:{first}+{n}"),
+                        samples: n,
+                        // Compressed bytes, in proportion to the chunk's rows.
+                        bytes: (rg.compressed_size().max(0) as u64 * n)
+                            .checked_div(rows)
+                            .unwrap_or(0),
+                    });
+                    if rows == 0 {
+                        break;
+                    }
+                    first += n;
+                }
             }
             files.push(FileMeta {
                 path: path.to_path_buf(),
@@ -262,6 +290,7 @@ impl ParquetSource {
             files,
             groups,
             offsets,
+            chunks,
             manifest,
             names,
             kinds,
@@ -275,17 +304,17 @@ impl ParquetSource {
         &self.names
     }
 
-    /// Decoded row group `shard` (from the cache, or decoded now by this thread while others
-    /// that need it wait for it).
-    fn group(&self, shard: usize) -> Result<RecordBatch, Error> {
+    /// Decoded row group `g` (from the cache, or decoded now by this thread while others that
+    /// need it wait for it).
+    fn group(&self, g: usize) -> Result<RecordBatch, Error> {
         let slot = {
             let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             let (map, order) = &mut *guard;
-            let slot = map.entry(shard).or_default().clone();
-            if let Some(pos) = order.iter().position(|&s| s == shard) {
+            let slot = map.entry(g).or_default().clone();
+            if let Some(pos) = order.iter().position(|&s| s == g) {
                 order.remove(pos);
             }
-            order.push_back(shard);
+            order.push_back(g);
             while order.len() > self.cache_groups {
                 if let Some(old) = order.pop_front() {
                     map.remove(&old);
@@ -293,18 +322,18 @@ impl ParquetSource {
             }
             slot
         };
-        slot.get_or_init(|| self.decode(shard))
+        slot.get_or_init(|| self.decode(g))
             .clone()
             .map_err(|reason| {
-                let path = self.files[self.groups[shard].0].path.display().to_string();
-                Error::corrupt(path, self.offsets[shard], reason)
+                let path = self.files[self.groups[g].0].path.display().to_string();
+                Error::corrupt(path, self.offsets[g], reason)
             })
     }
 
-    fn decode(&self, shard: usize) -> Result<RecordBatch, String> {
-        let (fi, gi) = self.groups[shard];
+    fn decode(&self, g: usize) -> Result<RecordBatch, String> {
+        let (fi, gi, _) = self.groups[g];
         // A corrupt page can make the decoder panic; that is a bad file, not a crash.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_inner(shard)))
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_inner(g)))
             .unwrap_or_else(|_| {
                 Err(format!(
                     "row group {gi}: the decoder failed on corrupt data"
@@ -313,10 +342,10 @@ impl ParquetSource {
             .map_err(|e| format!("{} {e}", self.files[fi].path.display()))
     }
 
-    fn decode_inner(&self, shard: usize) -> Result<RecordBatch, String> {
-        let (fi, gi) = self.groups[shard];
+    fn decode_inner(&self, g: usize) -> Result<RecordBatch, String> {
+        let (fi, gi, rows) = self.groups[g];
+        let rows = rows as usize;
         let f = &self.files[fi];
-        let rows = self.manifest.shards[shard].samples as usize;
         let reader =
             ParquetRecordBatchReaderBuilder::new_with_metadata(f.data.clone(), f.meta.clone())
                 .with_row_groups(vec![gi])
@@ -360,16 +389,26 @@ impl ParquetSource {
             .map_err(|e| format!("row group {gi}: {e}"))
     }
 
-    fn null_error(&self, shard: usize, row: usize, col: usize) -> Error {
+    fn null_error(&self, g: usize, row: usize, col: usize) -> Error {
+        let (fi, gi, _) = self.groups[g];
         Error::corrupt(
-            self.manifest.shards[shard].path.clone(),
-            self.offsets[shard],
+            self.files[fi].path.display().to_string(),
+            self.offsets[g],
             format!(
-                "column {:?} is null in row {row} of the row group; chute batches have no \
+                "column {:?} is null in row {row} of row group {gi}; chute batches have no \
                  nulls: fill them (or filter those rows) when writing the file",
                 self.names[col]
             ),
         )
+    }
+
+    /// The row group and row of sample `id`.
+    fn locate(&self, id: u64) -> Result<(usize, usize), Error> {
+        let (shard, row) = self.manifest.locate(id).ok_or_else(|| {
+            ConfigError::new("id", format!("sample {id} is past the dataset's end"))
+        })?;
+        let (g, first) = self.chunks[shard];
+        Ok((g, (first + row) as usize))
     }
 }
 
@@ -379,10 +418,7 @@ impl Source for ParquetSource {
     }
 
     fn read(&self, id: u64) -> Result<Sample, Error> {
-        let (shard, row) = self.manifest.locate(id).ok_or_else(|| {
-            ConfigError::new("id", format!("sample {id} is past the dataset's end"))
-        })?;
-        let row = row as usize;
+        let (shard, row) = self.locate(id)?;
         let rg = self.group(shard)?;
         let mut sample = Sample::new(id);
         for (c, (name, kind)) in self.names.iter().zip(&self.kinds).enumerate() {
@@ -441,9 +477,7 @@ impl ParquetSource {
         let mut index: HashMap<usize, usize> = HashMap::new();
         let mut last = usize::MAX;
         for &id in ids {
-            let (shard, row) = self.manifest.locate(id).ok_or_else(|| {
-                ConfigError::new("id", format!("sample {id} is past the dataset's end"))
-            })?;
+            let (shard, row) = self.locate(id)?;
             if last == usize::MAX || groups[last].0 != shard {
                 last = match index.get(&shard) {
                     Some(&i) => i,
@@ -454,39 +488,50 @@ impl ParquetSource {
                     }
                 };
             }
-            rows.push((last, row as usize));
+            rows.push((last, row));
         }
         let n = ids.len();
         let mut out = Vec::with_capacity(self.names.len());
         for (c, (name, kind)) in self.names.iter().zip(&self.kinds).enumerate() {
-            for &(gi, row) in &rows {
-                if groups[gi].1.column(c).is_null(row) {
-                    return Err(self.null_error(groups[gi].0, row, c));
+            for (gi, (shard, rg)) in groups.iter().enumerate() {
+                if rg.column(c).null_count() > 0
+                    && let Some(&(_, row)) = rows
+                        .iter()
+                        .find(|&&(g, row)| g == gi && rg.column(c).is_null(row))
+                {
+                    return Err(self.null_error(*shard, row, c));
                 }
             }
             let column = match *kind {
                 Kind::Scalar(d) | Kind::List(d, _) => {
                     let k = if let Kind::List(_, k) = *kind { k } else { 1 };
                     let w = d.size() * k;
+                    // Each group's values as bytes, with the element offset of its row 0.
+                    let raws: Vec<(&[u8], usize)> = groups
+                        .iter()
+                        .map(|(_, rg)| {
+                            let col = rg.column(c);
+                            match kind {
+                                Kind::List(..) => {
+                                    let list = col.as_fixed_size_list();
+                                    let raw = primitive_bytes(list.values().as_ref())
+                                        .expect("numeric list");
+                                    (raw, list.value_offset_at(0) * d.size())
+                                }
+                                _ => (primitive_bytes(col.as_ref()).expect("numeric"), 0),
+                            }
+                        })
+                        .collect();
                     let mut buf = pool.take(n * w);
                     let dst = buf.as_mut_slice();
-                    for (i, &(gi, row)) in rows.iter().enumerate() {
-                        let col = groups[gi].1.column(c);
-                        let (raw, start) = match kind {
-                            Kind::List(..) => {
-                                let list = col.as_fixed_size_list();
-                                let raw =
-                                    primitive_bytes(list.values().as_ref()).expect("numeric list");
-                                (raw, list.value_offset_at(row) * d.size())
-                            }
-                            _ => (primitive_bytes(col.as_ref()).expect("numeric"), row * w),
-                        };
-                        dst[i * w..(i + 1) * w].copy_from_slice(&raw[start..start + w]);
+                    for (out, &(gi, row)) in dst.chunks_exact_mut(w).zip(&rows) {
+                        let (raw, base) = raws[gi];
+                        let start = base + row * w;
+                        out.copy_from_slice(&raw[start..start + w]);
                     }
-                    let shape = if k == 1 && matches!(kind, Kind::Scalar(_)) {
-                        vec![n]
-                    } else {
-                        vec![n, k]
+                    let shape = match kind {
+                        Kind::List(..) => vec![n, k],
+                        _ => vec![n],
                     };
                     Column::Tensor(Tensor::new(d, shape, buf))
                 }
@@ -891,7 +936,27 @@ mod tests {
         let m = src.manifest();
         assert_eq!(m.shards.len(), 5, "4 + 4 + 2 rows, then 4 + 1");
         assert_eq!(m.total_samples(), 15);
-        assert!(m.shards[1].path.ends_with("a.parquet#rowgroup1"));
+        assert!(
+            m.shards[1].path.ends_with("a.parquet#rowgroup1:0+4"),
+            "{}",
+            m.shards[1].path
+        );
+        // Row groups split into chunks of at most chunk_rows rows.
+        let opts = ParquetOptions {
+            chunk_rows: Some(3),
+            ..Default::default()
+        };
+        let chunked = ParquetSource::open(&[&a, &b], opts).unwrap();
+        let counts: Vec<u64> = chunked
+            .manifest()
+            .shards
+            .iter()
+            .map(|s| s.samples)
+            .collect();
+        assert_eq!(counts, [3, 1, 3, 1, 2, 3, 1, 1]);
+        for id in 0..15 {
+            same_sample(&src.read(id).unwrap(), &chunked.read(id).unwrap()).unwrap();
+        }
         let pool = BufferPool::new(8);
         let ids = [14u64, 0, 7, 3, 11];
         let cols = src.collate(&ids, &pool).unwrap().unwrap();
