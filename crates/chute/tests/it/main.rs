@@ -1,0 +1,3 @@
+//! End-to-end tests of the facade: formats through the engine.
+
+mod parquet;
