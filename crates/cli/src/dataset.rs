@@ -50,7 +50,8 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DType, String> {
 }
 
 impl DatasetArgs {
-    fn format(&self) -> anyhow::Result<Format> {
+    /// The format, from `--format` or the first path's extension.
+    pub(crate) fn format(&self) -> anyhow::Result<Format> {
         if let Some(f) = self.format {
             return Ok(f);
         }
@@ -66,8 +67,13 @@ impl DatasetArgs {
         }
     }
 
-    /// Opens the source.
+    /// Opens the source over every path.
     pub(crate) fn open(&self) -> anyhow::Result<Arc<dyn Source>> {
+        self.open_paths(&self.paths)
+    }
+
+    /// Opens the source over `paths` with this dataset's format and options.
+    pub(crate) fn open_paths(&self, paths: &[PathBuf]) -> anyhow::Result<Arc<dyn Source>> {
         match self.format()? {
             Format::Tokens => {
                 let opts = TokenOptions {
@@ -75,8 +81,8 @@ impl DatasetArgs {
                     dtype: self.token_dtype,
                     out_dtype: self.out_dtype,
                 };
-                let source = TokenSource::open(&self.paths, opts)
-                    .with_context(|| format!("opening token files {:?}", self.paths))?;
+                let source = TokenSource::open(paths, opts)
+                    .with_context(|| format!("opening token files {paths:?}"))?;
                 Ok(Arc::new(source))
             }
             Format::Parquet => {
@@ -85,8 +91,8 @@ impl DatasetArgs {
                     chunk_rows: self.chunk_rows,
                     ..Default::default()
                 };
-                let source = ParquetSource::open(&self.paths, opts)
-                    .with_context(|| format!("opening Parquet files {:?}", self.paths))?;
+                let source = ParquetSource::open(paths, opts)
+                    .with_context(|| format!("opening Parquet files {paths:?}"))?;
                 Ok(Arc::new(source))
             }
         }

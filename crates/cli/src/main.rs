@@ -1,8 +1,9 @@
-//! The `chute` command: `demo`, `bench`, `tokens`.
+//! The `chute` command: `demo`, `bench`, `tokens`, `inspect`, `verify`, `cat`.
 
 mod bench;
 mod dataset;
 mod demo;
+mod inspect;
 mod tokens;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +25,13 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a token file (flat little-endian uint16/uint32 ids) from text or .npy.
     Tokens(tokens::TokensArgs),
+    /// Show a dataset's format, fields, sample count, sizes and first records.
+    Inspect(inspect::InspectArgs),
+    /// Read every record of every shard; report each problem with its shard and byte offset
+    /// (exit status 1 if there is any).
+    Verify(inspect::VerifyArgs),
+    /// Print records as JSON lines.
+    Cat(inspect::CatArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +40,9 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Tokens(a) => tokens::run(a),
+        Command::Inspect(a) => inspect::inspect(a),
+        Command::Verify(a) => inspect::verify(a),
+        Command::Cat(a) => inspect::cat(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

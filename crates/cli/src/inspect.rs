@@ -1,0 +1,252 @@
+//! `chute inspect`, `chute verify` and `chute cat`: look at shards without writing code.
+
+use anyhow::Context;
+use chute::core::{Error, Field, Sample, Source};
+use clap::Args;
+use serde_json::{Value, json};
+
+use crate::dataset::DatasetArgs;
+
+/// `chute inspect` arguments.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct InspectArgs {
+    #[command(flatten)]
+    dataset: DatasetArgs,
+    /// Records to show.
+    #[arg(short = 'n', long, default_value_t = 3)]
+    records: u64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `chute verify` arguments.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct VerifyArgs {
+    #[command(flatten)]
+    dataset: DatasetArgs,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `chute cat` arguments.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct CatArgs {
+    #[command(flatten)]
+    dataset: DatasetArgs,
+    /// Records to print (default: all).
+    #[arg(short = 'n', long)]
+    records: Option<u64>,
+    /// First record (global sample id).
+    #[arg(long, default_value_t = 0)]
+    skip: u64,
+}
+
+/// A sample as JSON: small arrays in full, bytes as their length and first bytes in hex.
+pub(crate) fn sample_json(s: &Sample) -> Value {
+    let mut fields = serde_json::Map::new();
+    for (name, f) in &s.fields {
+        let v = match f {
+            Field::Text(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+            Field::Bytes(b) => {
+                let head: String = b.iter().take(16).map(|x| format!("{x:02x}")).collect();
+                json!({ "bytes": b.len(), "head": head })
+            }
+            Field::Array(a) => {
+                let numel: usize = a.shape.iter().product();
+                let values = array_values(a, numel.min(16));
+                if numel <= 16 && a.shape.len() <= 1 {
+                    if a.shape.is_empty() {
+                        values[0].clone()
+                    } else {
+                        Value::Array(values)
+                    }
+                } else {
+                    json!({ "dtype": a.dtype.name(), "shape": a.shape, "first": values })
+                }
+            }
+            _ => Value::Null,
+        };
+        fields.insert(name.to_string(), v);
+    }
+    json!({ "index": s.index, "key": s.key, "fields": fields })
+}
+
+fn array_values(a: &chute::core::Array, n: usize) -> Vec<Value> {
+    use chute::DType::*;
+    let size = a.dtype.size();
+    (0..n)
+        .map(|i| {
+            let b = &a.data[i * size..(i + 1) * size];
+            match a.dtype {
+                Bool | U8 => json!(b[0]),
+                I8 => json!(b[0] as i8),
+                U16 => json!(u16::from_le_bytes([b[0], b[1]])),
+                I16 => json!(i16::from_le_bytes([b[0], b[1]])),
+                U32 => json!(u32::from_le_bytes(b.try_into().unwrap())),
+                I32 => json!(i32::from_le_bytes(b.try_into().unwrap())),
+                U64 => json!(u64::from_le_bytes(b.try_into().unwrap())),
+                I64 => json!(i64::from_le_bytes(b.try_into().unwrap())),
+                F32 => json!(f32::from_le_bytes(b.try_into().unwrap())),
+                F64 => json!(f64::from_le_bytes(b.try_into().unwrap())),
+                _ => json!(format!(
+                    "0x{}",
+                    b.iter()
+                        .rev()
+                        .map(|x| format!("{x:02x}"))
+                        .collect::<String>()
+                )),
+            }
+        })
+        .collect()
+}
+
+pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let format = args.dataset.format()?;
+    let source = args.dataset.open()?;
+    let m = source.manifest();
+    let n = m.total_samples();
+    let mut records = Vec::new();
+    for id in 0..n.min(args.records) {
+        records.push(sample_json(
+            &source
+                .read(id)
+                .with_context(|| format!("reading sample {id}"))?,
+        ));
+    }
+    let fields: Vec<String> = match n {
+        0 => Vec::new(),
+        _ => source
+            .read(0)?
+            .fields
+            .iter()
+            .map(|(name, f)| format!("{name}: {}", kind(f)))
+            .collect(),
+    };
+    let report = json!({
+        "format": format!("{format:?}").to_lowercase(),
+        "shards": m.shards.len(),
+        "samples": n,
+        "bytes": m.total_bytes(),
+        "fields": fields,
+        "params": m.params,
+        "fingerprint": m.fingerprint(),
+        "first": records,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "format:      {}",
+            report["format"].as_str().unwrap_or_default()
+        );
+        println!("shards:      {}", m.shards.len());
+        println!("samples:     {n}");
+        println!("bytes:       {}", m.total_bytes());
+        println!("fields:      {}", fields.join(", "));
+        println!("fingerprint: {}", m.fingerprint());
+        for r in report["first"].as_array().into_iter().flatten() {
+            println!("{r}");
+        }
+    }
+    Ok(())
+}
+
+fn kind(f: &Field) -> String {
+    match f {
+        Field::Bytes(_) => "bytes".into(),
+        Field::Text(_) => "text".into(),
+        Field::Array(a) => format!("{} {:?}", a.out_dtype(), a.shape),
+        _ => "?".into(),
+    }
+}
+
+pub(crate) fn cat(args: CatArgs) -> anyhow::Result<()> {
+    let source = args.dataset.open()?;
+    let n = source.manifest().total_samples();
+    let end = args.records.map_or(n, |k| (args.skip + k).min(n));
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for id in args.skip..end {
+        let s = source
+            .read(id)
+            .with_context(|| format!("reading sample {id}"))?;
+        use std::io::Write;
+        if writeln!(out, "{}", sample_json(&s)).is_err() {
+            break; // a closed pipe (`| head`) ends the listing quietly
+        }
+    }
+    Ok(())
+}
+
+/// One problem `verify` found.
+#[derive(Debug, serde::Serialize)]
+struct Problem {
+    shard: String,
+    offset: Option<u64>,
+    sample: Option<u64>,
+    reason: String,
+}
+
+fn problem(shard: &str, sample: Option<u64>, e: &anyhow::Error) -> Problem {
+    let (offset, reason) = match e.downcast_ref::<Error>() {
+        Some(Error::Corrupt { offset, reason, .. }) => (Some(*offset), reason.clone()),
+        _ => (None, format!("{e:#}")),
+    };
+    Problem {
+        shard: shard.to_string(),
+        offset,
+        sample,
+        reason,
+    }
+}
+
+/// Opens each shard on its own and reads every record, collecting every problem; exits with
+/// status 1 if there is any.
+pub(crate) fn verify(args: VerifyArgs) -> anyhow::Result<()> {
+    let mut problems = Vec::new();
+    let (mut shards, mut samples) = (0u64, 0u64);
+    for path in &args.dataset.paths {
+        let shard = path.display().to_string();
+        shards += 1;
+        let source = match args.dataset.open_paths(std::slice::from_ref(path)) {
+            Ok(s) => s,
+            Err(e) => {
+                problems.push(problem(&shard, None, &e));
+                continue;
+            }
+        };
+        for id in 0..source.manifest().total_samples() {
+            samples += 1;
+            if let Err(e) = source.read(id) {
+                problems.push(problem(&shard, Some(id), &anyhow::Error::new(e)));
+            }
+        }
+    }
+    if args.json {
+        let report = json!({ "shards": shards, "samples": samples, "ok": problems.is_empty(), "problems": problems });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for p in &problems {
+            match (p.offset, p.sample) {
+                (Some(o), _) => println!("{}: byte {o}: {}", p.shard, p.reason),
+                (None, Some(s)) => println!("{}: sample {s}: {}", p.shard, p.reason),
+                (None, None) => println!("{}: {}", p.shard, p.reason),
+            }
+        }
+        println!(
+            "{} shard(s), {samples} sample(s) read: {}",
+            shards,
+            if problems.is_empty() {
+                "ok".to_string()
+            } else {
+                format!("{} problem(s)", problems.len())
+            }
+        );
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        std::process::exit(1)
+    }
+}
