@@ -340,3 +340,53 @@ fn demo_runs_and_reports_the_wait() {
         2 * (300_000 / 128 / 16 * 16)
     );
 }
+
+fn golden(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn inspect_cat_and_verify_a_parquet_file() {
+    let f = golden("parquet/pyarrow_golden.parquet");
+    let s = json(&ok(&["inspect", &f, "--json", "-n", "2"]));
+    assert_eq!(s["format"], "parquet");
+    assert_eq!(s["samples"], 50);
+    assert_eq!(s["shards"], 4);
+    assert_eq!(s["first"][1]["fields"]["label"], -4);
+    let lines = ok(&["cat", &f, "--columns", "caption,label", "--skip", "48"]);
+    let rows: Vec<serde_json::Value> = lines.lines().map(json).collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["fields"]["caption"], "caption 48 ✓");
+    assert_eq!(rows[1]["fields"]["label"], 49 * 3 - 7);
+    let v = json(&ok(&[
+        "verify",
+        &f,
+        &golden("parquet/pyarrow_golden_zstd.parquet"),
+        "--json",
+    ]));
+    assert_eq!(
+        (v["ok"].as_bool(), v["samples"].as_u64()),
+        (Some(true), Some(100))
+    );
+
+    // A file cut short: verify names it, exits 1, and still checks the other shards.
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.parquet");
+    let bytes = std::fs::read(&f).unwrap();
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let out = chute(&["verify", cut.to_str().unwrap(), &f, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = json(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(v["samples"], 50, "the good shard was read");
+    assert!(
+        v["problems"][0]["shard"]
+            .as_str()
+            .unwrap()
+            .ends_with("cut.parquet"),
+        "{v}"
+    );
+}
