@@ -1,0 +1,36 @@
+"""chute: a data loader for machine-learning training that keeps accelerators fed.
+
+Batches are built by native threads into pooled, 64-byte-aligned buffers and handed to
+Python without copies (numpy views, DLPack for torch and JAX), in an order that is a pure
+function of (dataset, seed, epoch, rank, world size): identical for any number of workers,
+resumable from a ``state_dict`` of a few integers, split exactly across ranks.
+
+    import chute
+
+    source = chute.tokens("train.bin", seq_len=1024)            # nanoGPT's uint16 tokens
+    loader = chute.Loader(source, batch_size=16, shuffle=True, num_workers=4)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for batch in loader:                                     # one epoch
+            tokens = batch["tokens"]                             # int64 [16, 1025] numpy view
+    state = loader.state_dict()                                  # load_state_dict(state)
+
+Public names: ``Loader``, ``tokens``, ``Source``, ``Tensor`` and the exceptions
+``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``.
+"""
+
+from ._chute import Source, Tensor, __version__, tokens
+from ._errors import ChuteError, ConfigError, CorruptDataError, StateError
+from ._loader import Loader
+
+__all__ = [
+    "ChuteError",
+    "ConfigError",
+    "CorruptDataError",
+    "Loader",
+    "Source",
+    "StateError",
+    "Tensor",
+    "__version__",
+    "tokens",
+]

@@ -1,0 +1,100 @@
+"""Type stubs of the extension module ``chute._chute`` (python/src/)."""
+
+import os
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, final
+
+__all__ = ["Loader", "Source", "Tensor", "__version__", "shutdown", "tokens"]
+
+__version__: str
+
+_Path = Union[str, os.PathLike[str]]
+_DType = Any  # a numpy dtype name ("uint16"), a numpy dtype or a numpy scalar type
+
+@final
+class Source:
+    """A dataset chute can load (``chute.tokens(...)``)."""
+
+    def __len__(self) -> int: ...
+    @property
+    def shards(self) -> List[Tuple[str, int]]: ...
+    @property
+    def fingerprint(self) -> str: ...
+
+def tokens(
+    paths: Union[_Path, Sequence[_Path]],
+    seq_len: int,
+    dtype: _DType = "uint16",
+    out_dtype: _DType = "int64",
+) -> Source:
+    """Token files (nanoGPT's ``.bin``): windows of ``seq_len + 1`` tokens, column ``tokens``."""
+
+@final
+class Tensor:
+    """A batch column in chute's pooled buffer; numpy / DLPack views share its memory."""
+
+    @property
+    def data_ptr(self) -> int: ...
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def ndim(self) -> int: ...
+    def __len__(self) -> int: ...
+    @property
+    def __array_interface__(self) -> Dict[str, Any]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[Any] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+
+@final
+class Loader:
+    """The engine's loader; ``chute.Loader`` is the public face with DataLoader's arguments."""
+
+    def __new__(
+        cls,
+        source: Source,
+        *,
+        batch_size: int = 1,
+        shuffle: str = "none",
+        seed: int = 0,
+        num_workers: int = 0,
+        prefetch: int = 2,
+        drop_last: bool = False,
+        pin_memory: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        epoch: int = 0,
+        transforms: Optional[List[Tuple[Callable[..., Any], bool]]] = None,
+        on_error: str = "raise",
+        output: Optional[Callable[[Tensor], Any]] = None,
+    ) -> "Loader": ...
+    def __iter__(self) -> Iterator[Dict[str, Any]]: ...
+    def __next__(self) -> Dict[str, Any]: ...
+    def __len__(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    def set_epoch(self, epoch: int) -> None: ...
+    def state_dict(self) -> Dict[str, Any]: ...
+    def load_state_dict(self, state: Any) -> None: ...
+    def stats(self) -> Dict[str, Any]: ...
+    @property
+    def pinned(self) -> bool: ...
+    @property
+    def pin_memory_fallback(self) -> Optional[str]: ...
+    @property
+    def options(self) -> Dict[str, Any]: ...
+    @property
+    def closed(self) -> bool: ...
+    def release(self) -> None: ...
+
+def shutdown() -> None:
+    """Stops transforms from calling into Python (the package's atexit hook)."""

@@ -1,0 +1,432 @@
+"""``chute.Loader``: the engine with ``torch.utils.data.DataLoader``'s arguments.
+
+What lives here is about Python conventions only (torchrun's environment variables,
+DataLoader's ``prefetch_factor``, which framework the arrays are handed to, warnings); the
+work is done by the Rust engine through ``chute._chute``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import glob
+import inspect
+import os
+import sys
+import warnings
+import weakref
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, cast
+
+import numpy
+
+from . import _chute
+from ._errors import ConfigError
+
+__all__ = ["Loader"]
+
+Transform = Callable[..., Optional[Dict[str, Any]]]
+
+_OUTPUTS = ("numpy", "dlpack", "torch", "jax")
+
+# Loaders alive in this process, closed at exit (see _at_exit).
+_live: "weakref.WeakSet[_chute.Loader]" = weakref.WeakSet()
+_warned_pin_memory = False
+
+
+class Loader:
+    """Deterministic, resumable, parallel batches from a chute source.
+
+    ``for batch in loader`` is one epoch; the next ``for`` is the next epoch. Each batch is a
+    ``dict[str, array]``: fixed-shape columns are numpy arrays viewing chute's buffers (no
+    copy; the buffer goes back to chute's pool when the last view is dropped), or torch/JAX
+    tensors or ``chute.Tensor`` objects with ``output=``; variable-length columns are
+    ``list[bytes]`` / ``list[str]``. The order is a pure function of (dataset, seed, epoch,
+    rank, world size), whatever ``num_workers``.
+
+    Arguments follow ``torch.utils.data.DataLoader`` where the meaning is the same:
+
+    - ``batch_size``: samples per batch.
+    - ``shuffle``: ``False``/``"none"`` (dataset order), ``True``/``"global"`` (a new
+      permutation of all samples each epoch), ``"block"`` or ``"block:N"`` (shards shuffled,
+      samples shuffled within windows of N shards, for streaming sources).
+    - ``seed``: seeds the order and the per-sample RNG of transforms.
+    - ``num_workers``: worker *threads* (0 builds batches in the calling thread). No worker
+      processes: chute's workers run native code without the GIL.
+    - ``prefetch_factor``: batches prefetched per worker, as in DataLoader; chute's ready
+      queue then holds ``max(1, prefetch_factor * max(num_workers, 1))`` batches, on top of
+      the one each worker is building (``loader.prefetch`` is that depth).
+    - ``drop_last``: drop each rank's last incomplete batch.
+    - ``pin_memory``: batch buffers page-locked through the CUDA runtime (found at run time),
+      for ``tensor.to("cuda", non_blocking=True)``. Without CUDA, a warning (once per process)
+      and ordinary memory.
+    - ``rank`` / ``world_size``: this process's share; default to torchrun's ``RANK`` /
+      ``WORLD_SIZE`` environment variables when set, else 0 / 1. Every rank gets the same
+      number of batches. ``LOCAL_RANK`` is read into ``loader.local_rank``.
+    - ``transforms``: callables ``f(sample)`` or ``f(sample, rng)`` run on the worker threads
+      (under the GIL). ``sample`` is a dict of numpy arrays (copies, in the batch's dtype),
+      ``bytes`` and ``str``, plus ``"__index__"`` (the global sample id) and ``"__key__"``
+      when the format has keys. ``rng`` is a ``numpy.random.Generator`` seeded from (seed,
+      epoch, sample), passed when ``f`` has two required positional parameters (or a second
+      one named ``rng``). ``f`` returns the new dict, or ``None`` after editing ``sample`` in
+      place. An exception raised in ``f`` is raised by ``next()`` as itself.
+    - ``on_error``: ``"raise"`` (a failed sample fails its batch: ``next()`` raises, and
+      iteration may continue with the next batch) or ``"skip"`` (the sample is replaced by
+      the next one in the order; counted in ``stats()``).
+    - ``output``: ``"numpy"`` (default), ``"torch"`` (``torch.from_dlpack``), ``"jax"``
+      (``jax.numpy.from_dlpack``) or ``"dlpack"`` (the ``chute.Tensor`` objects, which
+      implement ``__dlpack__`` and ``__array_interface__``). All are zero-copy.
+
+    ``state_dict()`` / ``load_state_dict()`` follow PyTorch's Stateful protocol (so the loader
+    drops into ``torch.distributed.checkpoint``); the state is the position after the last
+    batch delivered, a few integers. ``as_torch_dataset()`` wraps the loader as a
+    ``torch.utils.data.IterableDataset``.
+
+    Threads start lazily on the first batch of an epoch, and a process forked after the
+    loader was made (multiprocessing's ``fork``) starts its own. A loader is iterated by one
+    thread at a time.
+    """
+
+    def __init__(
+        self,
+        source: _chute.Source,
+        *,
+        batch_size: int = 1,
+        shuffle: Union[bool, str] = False,
+        seed: int = 0,
+        num_workers: int = 0,
+        prefetch_factor: Optional[int] = 2,
+        drop_last: bool = False,
+        pin_memory: bool = False,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        transforms: Union[Transform, Sequence[Transform], None] = None,
+        on_error: str = "raise",
+        output: str = "numpy",
+    ) -> None:
+        if not isinstance(source, _chute.Source):
+            raise TypeError(
+                f"source must be a chute source (chute.tokens(...)), got {type(source).__name__}"
+            )
+        if isinstance(shuffle, bool):
+            shuffle = "global" if shuffle else "none"
+        elif not isinstance(shuffle, str):
+            raise ConfigError(
+                f"invalid shuffle: {shuffle!r}; use False, True, 'none', 'global', 'block' "
+                "or 'block:N'"
+            )
+        env_rank = _env_int("RANK", minimum=0)
+        env_world = _env_int("WORLD_SIZE", minimum=1)
+        self.local_rank: int = _env_int("LOCAL_RANK", minimum=0) or 0
+        """``LOCAL_RANK`` (this process's GPU on its node, as torchrun sets it), else 0."""
+        if rank is None:
+            rank = env_rank if env_rank is not None else 0
+        if world_size is None:
+            world_size = env_world if env_world is not None else 1
+        if prefetch_factor is None:
+            prefetch_factor = 2
+        if isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int):
+            raise ConfigError(f"invalid prefetch_factor: {prefetch_factor!r} is not an int")
+        if prefetch_factor < 1:
+            raise ConfigError(
+                f"invalid prefetch_factor: must be at least 1 (batches per worker), "
+                f"got {prefetch_factor}"
+            )
+        if output not in _OUTPUTS:
+            raise ConfigError(f"invalid output: {output!r}; use one of {', '.join(_OUTPUTS)}")
+        if pin_memory:
+            _find_torch_cudart()
+        inner = _chute.Loader(
+            source,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            seed=seed,
+            num_workers=num_workers,
+            prefetch=max(1, prefetch_factor * max(num_workers, 1)),
+            drop_last=drop_last,
+            pin_memory=pin_memory,
+            rank=rank,
+            world_size=world_size,
+            transforms=[(f, _accepts_rng(f)) for f in _as_list(transforms)],
+            on_error=on_error,
+            output=_converter(output),
+        )
+        self._inner = inner
+        self.output = output
+        _live.add(inner)
+        if pin_memory and inner.pin_memory_fallback is not None:
+            _warn_pin_memory(inner.pin_memory_fallback)
+
+    # Iteration -----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        """The rest of the current epoch (from its start, unless resumed mid-epoch)."""
+        return self._inner
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (a full epoch)."""
+        return len(self._inner)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self._inner.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Moves to the start of ``epoch``; the current epoch keeps its position (so calling it
+        at the top of an epoch loop is safe after ``load_state_dict``)."""
+        self._inner.set_epoch(epoch)
+
+    # State ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The position after the last batch delivered, as a plain dict (JSON-serializable).
+        After an epoch's last batch it is the start of the next epoch."""
+        return self._inner.state_dict()
+
+    def load_state_dict(self, state_dict: Union[Mapping[str, Any], str]) -> None:
+        """Continues from ``state_dict`` (a dict from ``state_dict()``, or its JSON text, e.g. a
+        file written by ``chute bench --save-state-at``). Raises ``chute.StateError`` for a
+        state of another dataset, seed, shuffle mode or format version."""
+        self._inner.load_state_dict(state_dict)
+
+    # Figures and settings ------------------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        """The engine's figures since the loader was built: samples, batches, bytes, errors,
+        skipped samples, ``wait_secs``/``wait_fraction`` (time the consumer was blocked in
+        ``next()``) and per-stage busy time (``read``, ``transform``, ``collate``)."""
+        return self._inner.stats()
+
+    @property
+    def pinned(self) -> bool:
+        """True when batch buffers are page-locked (``pin_memory=True`` and CUDA present)."""
+        return self._inner.pinned
+
+    @property
+    def pin_memory_fallback(self) -> Optional[str]:
+        """Why ``pin_memory=True`` fell back to ordinary memory, or None."""
+        return self._inner.pin_memory_fallback
+
+    @property
+    def batch_size(self) -> int:
+        return int(self._inner.options["batch_size"])
+
+    @property
+    def num_workers(self) -> int:
+        return int(self._inner.options["num_workers"])
+
+    @property
+    def prefetch(self) -> int:
+        """Depth of the engine's ready queue: ``max(1, prefetch_factor * max(num_workers, 1))``."""
+        return int(self._inner.options["prefetch"])
+
+    @property
+    def shuffle(self) -> str:
+        """The shuffle mode, normalized (``"none"``, ``"global"``, ``"block:N"``)."""
+        return str(self._inner.options["shuffle"])
+
+    @property
+    def seed(self) -> int:
+        return int(self._inner.options["seed"])
+
+    @property
+    def rank(self) -> int:
+        return int(self._inner.options["rank"])
+
+    @property
+    def world_size(self) -> int:
+        return int(self._inner.options["world_size"])
+
+    @property
+    def drop_last(self) -> bool:
+        return bool(self._inner.options["drop_last"])
+
+    @property
+    def on_error(self) -> str:
+        return str(self._inner.options["on_error"])
+
+    # Lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the worker threads (waiting for transforms in progress) and releases the
+        loader's buffers. Batches already delivered stay valid. Also done at exit."""
+        self._inner.release()
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "chute.Loader(closed)"
+        o = self._inner.options
+        return (
+            f"chute.Loader(batch_size={o['batch_size']}, shuffle={o['shuffle']!r}, "
+            f"seed={o['seed']}, num_workers={o['num_workers']}, rank={o['rank']}, "
+            f"world_size={o['world_size']}, epoch={self.epoch}, batches={len(self)})"
+        )
+
+    # PyTorch -------------------------------------------------------------------------------
+
+    def as_torch_dataset(self) -> Any:
+        """The loader as a ``torch.utils.data.IterableDataset`` (each ``iter()`` is one epoch
+        of batches), for code that expects a dataset: use it with
+        ``torch.utils.data.DataLoader(ds, batch_size=None)`` (chute batches already) and
+        ``num_workers=0`` (chute has its own workers). ``state_dict``/``load_state_dict`` pass
+        through to the loader."""
+        return _torch_dataset_class()(self)
+
+
+def _env_int(name: str, *, minimum: int) -> Optional[int]:
+    """An integer environment variable (torchrun's), None when unset."""
+    text = os.environ.get(name)
+    if text is None or text.strip() == "":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(
+            f"invalid {name} environment variable: {text!r} is not an integer "
+            "(torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; unset it or pass rank= and "
+            "world_size= explicitly)"
+        ) from None
+    if value < minimum:
+        raise ConfigError(
+            f"invalid {name} environment variable: must be at least {minimum}, got {value}"
+        )
+    return value
+
+
+def _as_list(transforms: Union[Transform, Sequence[Transform], None]) -> List[Transform]:
+    if transforms is None:
+        return []
+    if callable(transforms):
+        return [transforms]
+    return list(transforms)
+
+
+def _accepts_rng(f: Any) -> bool:
+    """Whether ``f`` takes ``(sample, rng)``: two required positional parameters, or a second
+    positional parameter named ``rng``."""
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    if len(required) >= 2:
+        return True
+    if len(positional) >= 2 and positional[1].name == "rng":
+        return True
+    return any(p.kind == p.VAR_POSITIONAL for p in params) and len(positional) < 2
+
+
+def _converter(output: str) -> Optional[Callable[[Any], Any]]:
+    """What each tensor column is handed through (None: the chute.Tensor itself)."""
+    if output == "numpy":
+        return numpy.asarray
+    if output == "dlpack":
+        return None
+    if output == "torch":
+        try:
+            import torch  # type: ignore[import-not-found, unused-ignore]
+        except ImportError as e:
+            raise ImportError(
+                "chute.Loader(output='torch') needs PyTorch (pip install torch); "
+                "output='numpy' or 'dlpack' do not"
+            ) from e
+        return cast(Callable[[Any], Any], torch.from_dlpack)
+    try:
+        import jax.numpy as jnp
+    except ImportError as e:
+        raise ImportError(
+            "chute.Loader(output='jax') needs JAX (pip install jax); output='numpy' or "
+            "'dlpack' do not"
+        ) from e
+    return jnp.from_dlpack
+
+
+def _find_torch_cudart() -> None:
+    """Points the engine at the CUDA runtime PyTorch ships (pip wheels bundle it in
+    site-packages/nvidia/...), when torch is already imported and CHUTE_CUDART is unset: the
+    engine dlopens CHUTE_CUDART first, then libcudart.so* from the system's search path."""
+    if os.environ.get("CHUTE_CUDART") or "torch" not in sys.modules:
+        return
+    roots = [p for p in sys.path if p and os.path.isdir(p)]
+    torch = sys.modules["torch"]
+    torch_file = getattr(torch, "__file__", None)
+    patterns = [os.path.join(r, "nvidia", "cuda_runtime", "lib", "libcudart.so*") for r in roots]
+    patterns += [os.path.join(r, "nvidia", "*", "lib", "libcudart.so*") for r in roots]
+    if torch_file:
+        patterns.append(os.path.join(os.path.dirname(torch_file), "lib", "libcudart*.so*"))
+    for pattern in patterns:
+        found = sorted(glob.glob(pattern))
+        if found:
+            os.environ["CHUTE_CUDART"] = found[-1]
+            return
+
+
+def _warn_pin_memory(reason: str) -> None:
+    global _warned_pin_memory
+    if _warned_pin_memory:
+        return
+    _warned_pin_memory = True
+    warnings.warn(
+        f"chute: pin_memory=True but {reason}: using ordinary memory",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _torch_dataset_class() -> type:
+    try:
+        import torch.utils.data  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as e:
+        raise ImportError("Loader.as_torch_dataset() needs PyTorch (pip install torch)") from e
+
+    class LoaderDataset(torch.utils.data.IterableDataset):  # type: ignore[misc]
+        """A ``chute.Loader`` as an ``IterableDataset``: each ``iter()`` is one epoch of
+        batches. Use ``DataLoader(ds, batch_size=None, num_workers=0)``."""
+
+        def __init__(self, loader: Loader) -> None:
+            self.loader = loader
+
+        def __iter__(self) -> Iterator[Dict[str, Any]]:
+            info = torch.utils.data.get_worker_info()
+            if info is not None and info.num_workers > 1:
+                raise ConfigError(
+                    f"invalid num_workers: a chute loader inside DataLoader(num_workers="
+                    f"{info.num_workers}) would deliver every batch {info.num_workers} "
+                    "times; use num_workers=0 (chute already runs its own worker threads)"
+                )
+            return iter(self.loader)
+
+        def __len__(self) -> int:
+            return len(self.loader)
+
+        def state_dict(self) -> Dict[str, Any]:
+            return self.loader.state_dict()
+
+        def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+            self.loader.load_state_dict(state_dict)
+
+    LoaderDataset.__module__ = "chute"
+    return LoaderDataset
+
+
+def _at_exit() -> None:
+    # Transforms stop calling into Python first, then every loader's threads are stopped
+    # while the interpreter still lets them take the GIL to finish a call in progress.
+    _chute.shutdown()
+    for loader in list(_live):
+        loader.release()
+
+
+atexit.register(_at_exit)

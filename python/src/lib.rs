@@ -1,0 +1,43 @@
+//! `chute._chute`: the extension module behind the `chute` Python package.
+//!
+//! A thin layer, as the style guide asks: each function converts its arguments, releases the
+//! GIL, calls the Rust engine and maps errors in one place (`errors.rs`). The Python facade
+//! (`python/chute/`) adds what is about Python conventions only (torchrun's environment,
+//! DataLoader's `prefetch_factor`, the output framework).
+//!
+//! - `Loader` (`loader.rs`): iterates one epoch per `for`, yielding `dict[str, array]`;
+//!   state, stats, epochs. Polls the engine with the GIL released and checks for Ctrl-C
+//!   between polls; rebuilds its threads after `fork()`.
+//! - `Tensor` (`tensor.rs`): one batch column, owning chute's pooled buffer, exposed
+//!   without copies through `__array_interface__` (numpy) and `__dlpack__` (`dlpack.rs`).
+//! - `Source` (`source.rs`): an opened dataset (`tokens(...)` today).
+//! - `PyTransform` (`transform.rs`): a Python callable as a chute transform, run on
+//!   the worker threads under the GIL.
+
+use pyo3::prelude::*;
+
+mod dlpack;
+mod errors;
+mod loader;
+mod source;
+mod tensor;
+mod transform;
+
+#[pymodule]
+mod _chute {
+    #[pymodule_export]
+    use crate::loader::Loader;
+    #[pymodule_export]
+    use crate::loader::shutdown;
+    #[pymodule_export]
+    use crate::source::{Source, tokens};
+    #[pymodule_export]
+    use crate::tensor::Tensor;
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("__version__", env!("CARGO_PKG_VERSION"))
+    }
+}

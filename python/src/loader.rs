@@ -1,0 +1,316 @@
+//! [`Loader`]: the engine's `Loader` behind a Python iterator.
+//!
+//! Three things make it behave in Python:
+//! - **GIL and Ctrl-C.** `__next__` polls the engine in 50 ms slices with the GIL released
+//!   and runs Python's signal handlers between slices, so other Python threads run while it
+//!   waits and Ctrl-C interrupts a blocked `next()` (nothing is consumed: the next call
+//!   continues where it was). Everything that may stop worker threads (`set_epoch`,
+//!   `load_state_dict`, `close`, dropping the loader) also releases the GIL, because a worker
+//!   may be waiting for it inside a Python transform.
+//! - **fork.** The engine's threads belong to the process that started them. The loader
+//!   remembers its pid; the first call in another process (a `fork`ed child) calls
+//!   `Loader::after_fork`, and the child starts its own threads at the same position.
+//! - **Errors** go through `errors::to_py`; a `KeyboardInterrupt` raised inside a transform is
+//!   raised by `__next__` (see `transform::Interrupt`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chute::core::{Column, OnError};
+use chute::pipeline::Poll;
+use chute::{Batch, Shuffle, State};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+
+use crate::errors;
+use crate::source::Source;
+use crate::tensor::Tensor;
+use crate::transform::{Interrupt, PyTransform, SHUTTING_DOWN};
+
+/// How long `__next__` waits with the GIL released before it checks for Ctrl-C.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The engine's loader as a Python iterator over one epoch (see the package docs for the
+/// arguments; `chute.Loader` is the public face with DataLoader's conventions).
+#[pyclass(module = "chute._chute", name = "Loader", weakref)]
+pub(crate) struct Loader {
+    /// `None` once closed.
+    inner: Option<chute::Loader>,
+    /// The process the loader last ran in.
+    pid: u32,
+    /// Applied to each `Tensor` column (`numpy.asarray`, `torch.from_dlpack`...); `None`
+    /// yields the `Tensor` objects themselves.
+    output: Option<Py<PyAny>>,
+    interrupt: Arc<Interrupt>,
+}
+
+/// A non-negative integer option, or `chute.ConfigError` naming it.
+fn count(option: &str, v: i64) -> PyResult<u64> {
+    u64::try_from(v).map_err(|_| {
+        errors::from_config(chute::ConfigError::new(
+            option,
+            format!("must be at least 0, got {v}"),
+        ))
+    })
+}
+
+impl Loader {
+    /// The engine's loader, after the fork check; an error once closed.
+    fn loader(&mut self) -> PyResult<&mut chute::Loader> {
+        let loader = self
+            .inner
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("the loader is closed"))?;
+        let pid = std::process::id();
+        if pid != self.pid {
+            loader.after_fork();
+            self.pid = pid;
+        }
+        Ok(loader)
+    }
+
+    /// The batch as `{name: array}`; variable-length columns as `list[bytes]` / `list[str]`.
+    fn to_dict<'py>(&self, py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (name, column) in batch.columns {
+            match column {
+                Column::Tensor(t) => {
+                    let t = Bound::new(py, Tensor::new(t))?.into_any();
+                    match &self.output {
+                        Some(f) => d.set_item(name, f.call1(py, (t,))?)?,
+                        None => d.set_item(name, t)?,
+                    }
+                }
+                Column::Var(v) => {
+                    let values = PyList::empty(py);
+                    for i in 0..v.len() {
+                        let b = v.get(i);
+                        if v.text {
+                            values.append(PyString::new(py, &String::from_utf8_lossy(b)))?;
+                        } else {
+                            values.append(PyBytes::new(py, b))?;
+                        }
+                    }
+                    d.set_item(name, values)?;
+                }
+                _ => {
+                    return Err(PyTypeError::new_err(format!(
+                        "column {name:?} has a kind this version of the Python package cannot \
+                         convert"
+                    )));
+                }
+            }
+        }
+        Ok(d)
+    }
+}
+
+#[pymethods]
+impl Loader {
+    #[new]
+    #[pyo3(signature = (source, *, batch_size=1, shuffle="none", seed=0, num_workers=0,
+                        prefetch=2, drop_last=false, pin_memory=false, rank=0, world_size=1,
+                        epoch=0, transforms=None, on_error="raise", output=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        source: &Bound<'_, Source>,
+        batch_size: i64,
+        shuffle: &str,
+        seed: i128,
+        num_workers: i64,
+        prefetch: i64,
+        drop_last: bool,
+        pin_memory: bool,
+        rank: i64,
+        world_size: i64,
+        epoch: i64,
+        transforms: Option<Vec<(Bound<'_, PyAny>, bool)>>,
+        on_error: &str,
+        output: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let seed = u64::try_from(seed).map_err(|_| {
+            errors::from_config(chute::ConfigError::new(
+                "seed",
+                format!("must be in [0, 2**64), got {seed}"),
+            ))
+        })?;
+        let shuffle: Shuffle = shuffle.parse().map_err(errors::from_config)?;
+        let on_error: OnError = on_error.parse().map_err(errors::from_config)?;
+        let interrupt = Arc::new(Interrupt::default());
+        let mut builder = chute::Loader::builder_arc(Arc::clone(&source.get().inner))
+            .batch_size(count("batch_size", batch_size)? as usize)
+            .shuffle(shuffle)
+            .seed(seed)
+            .num_workers(count("num_workers", num_workers)? as usize)
+            .prefetch(count("prefetch", prefetch)? as usize)
+            .drop_last(drop_last)
+            .distributed(count("rank", rank)?, count("world_size", world_size)?)
+            .epoch(count("epoch", epoch)?)
+            .pin_memory(pin_memory)
+            .on_error(on_error);
+        for (func, takes_rng) in transforms.unwrap_or_default() {
+            builder = builder.transform(PyTransform::new(func, takes_rng, Arc::clone(&interrupt))?);
+        }
+        // Building may load the CUDA runtime (pin_memory): not under the GIL.
+        let loader = py.detach(|| builder.build()).map_err(errors::from_config)?;
+        Ok(Loader {
+            inner: Some(loader),
+            pid: std::process::id(),
+            output,
+            interrupt,
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next batch of the epoch; `StopIteration` at its end (the loader then stands at
+    /// the start of the next epoch).
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let loader = self.loader()?;
+        let polled = loop {
+            match py.detach(|| loader.next_timeout(POLL)) {
+                Poll::Pending => py.check_signals()?,
+                Poll::Ready(r) => break r,
+            }
+        };
+        if let Some(e) = self.interrupt.take() {
+            return Err(e);
+        }
+        match polled {
+            None => Ok(None),
+            Some(Ok(batch)) => self.to_dict(py, batch).map(Some),
+            Some(Err(e)) => Err(errors::to_py(e)),
+        }
+    }
+
+    /// Batches per epoch on this rank.
+    fn __len__(&mut self) -> PyResult<usize> {
+        Ok(self.loader()?.len())
+    }
+
+    /// The current epoch.
+    #[getter]
+    fn epoch(&mut self) -> PyResult<u64> {
+        Ok(self.loader()?.epoch())
+    }
+
+    /// Moves to the start of `epoch` (setting the current epoch keeps the position).
+    fn set_epoch(&mut self, py: Python<'_>, epoch: i64) -> PyResult<()> {
+        let epoch = count("epoch", epoch)?;
+        let loader = self.loader()?;
+        py.detach(|| loader.set_epoch(epoch));
+        Ok(())
+    }
+
+    /// The position as of the last batch delivered, as a plain dict of the state's fields.
+    fn state_dict<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let json = self.loader()?.state().to_json();
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// Continues from a `state_dict()` (or its JSON text): the next batch is the one after
+    /// the state's last delivered batch.
+    fn load_state_dict(&mut self, py: Python<'_>, state: &Bound<'_, PyAny>) -> PyResult<()> {
+        let text: String = match state.extract::<String>() {
+            Ok(s) => s,
+            Err(_) => {
+                let kwargs = PyDict::new(py);
+                // Integers that are not Python ints (numpy, 0-d tensors) as ints.
+                kwargs.set_item("default", py.get_type::<pyo3::types::PyInt>())?;
+                py.import("json")?
+                    .call_method("dumps", (state,), Some(&kwargs))
+                    .map_err(|e| {
+                        errors::from_state(chute::StateError::Invalid(format!(
+                            "not a chute state_dict: {e}"
+                        )))
+                    })?
+                    .extract()?
+            }
+        };
+        let state = State::from_json(&text).map_err(errors::from_state)?;
+        let loader = self.loader()?;
+        py.detach(|| loader.restore(&state))
+            .map_err(errors::from_state)
+    }
+
+    /// The engine's figures since the loader was built, as a dict.
+    fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let json = serde_json::to_string(&self.loader()?.stats())
+            .map_err(|e| errors::chute_error(e.to_string()))?;
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// True when batch buffers are page-locked.
+    #[getter]
+    fn pinned(&mut self) -> PyResult<bool> {
+        Ok(self.loader()?.pinned())
+    }
+
+    /// Why `pin_memory=True` fell back to ordinary memory, or `None`.
+    #[getter]
+    fn pin_memory_fallback(&mut self) -> PyResult<Option<String>> {
+        Ok(self.loader()?.pin_memory_fallback().map(str::to_string))
+    }
+
+    /// The engine's options (`prefetch` is the ready-queue depth).
+    #[getter]
+    fn options<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.loader()?.options().clone();
+        let d = PyDict::new(py);
+        d.set_item("batch_size", o.batch_size)?;
+        d.set_item("shuffle", o.shuffle.to_string())?;
+        d.set_item("seed", o.seed)?;
+        d.set_item("num_workers", o.num_workers)?;
+        d.set_item("prefetch", o.prefetch)?;
+        d.set_item("drop_last", o.drop_last)?;
+        d.set_item("rank", o.rank)?;
+        d.set_item("world_size", o.world_size)?;
+        d.set_item("pin_memory", o.pin_memory)?;
+        d.set_item("on_error", o.on_error.to_string())?;
+        Ok(d)
+    }
+
+    /// True once `release()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Stops the worker threads and frees the buffers the loader holds (batches already
+    /// delivered stay valid). Waits for transforms in progress to return.
+    ///
+    /// Not called `close`: this object is what `iter(loader)` returns, and `yield from`
+    /// calls `close()` on its iterator when the generator is dropped.
+    fn release(&mut self, py: Python<'_>) {
+        if let Some(mut loader) = self.inner.take() {
+            if std::process::id() != self.pid {
+                loader.after_fork();
+            }
+            py.detach(move || drop(loader));
+        }
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        if let Some(mut loader) = self.inner.take() {
+            if std::process::id() != self.pid {
+                // The parent's threads do not exist here: joining them would hang.
+                loader.after_fork();
+            }
+            // Workers may be waiting for the GIL inside a transform: let them finish.
+            Python::attach(|py| py.detach(move || drop(loader)));
+        }
+    }
+}
+
+/// Called by the package's `atexit` hook: transforms stop calling into Python, which a
+/// finalizing interpreter would not let other threads do.
+#[pyfunction]
+pub(crate) fn shutdown() {
+    SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::Relaxed);
+}

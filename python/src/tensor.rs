@@ -1,0 +1,164 @@
+//! [`Tensor`]: a batch column crossing into Python without a copy.
+
+use std::sync::Arc;
+
+use chute::DType;
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
+
+use crate::dlpack;
+
+/// One batch column: a C-contiguous array in chute's 64-byte-aligned pooled buffer.
+///
+/// numpy views it through `__array_interface__` (`numpy.asarray(t)` shares the memory and
+/// keeps `t` as the array's base), torch and JAX through `__dlpack__`. The buffer returns to
+/// the loader's pool when the last view, capsule and this object are gone.
+#[pyclass(module = "chute._chute", name = "Tensor", frozen)]
+pub(crate) struct Tensor {
+    inner: Arc<chute::Tensor>,
+}
+
+impl Tensor {
+    pub(crate) fn new(t: chute::Tensor) -> Self {
+        Tensor { inner: Arc::new(t) }
+    }
+}
+
+/// numpy's array-interface type string (`'<i8'`, `'|u1'`...), or `None` where numpy has no
+/// such type (bfloat16).
+fn typestr(dtype: DType) -> Option<&'static str> {
+    Some(match dtype {
+        DType::Bool => "|b1",
+        DType::U8 => "|u1",
+        DType::I8 => "|i1",
+        DType::U16 => "<u2",
+        DType::I16 => "<i2",
+        DType::U32 => "<u4",
+        DType::I32 => "<i4",
+        DType::U64 => "<u8",
+        DType::I64 => "<i8",
+        DType::F16 => "<f2",
+        DType::F32 => "<f4",
+        DType::F64 => "<f8",
+        _ => return None,
+    })
+}
+
+#[pymethods]
+impl Tensor {
+    /// Address of the first element (64-byte aligned).
+    #[getter]
+    fn data_ptr(&self) -> usize {
+        self.inner.data_ptr() as usize
+    }
+
+    /// The shape, `(batch, ...)`.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.shape())
+    }
+
+    /// The element type, by numpy's name (`'int64'`, `'uint16'`, `'bfloat16'`...).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.inner.dtype().name()
+    }
+
+    /// Bytes of data.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.as_bytes().len()
+    }
+
+    /// Number of dimensions.
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.inner.shape().len()
+    }
+
+    /// Length of the first dimension (the batch size).
+    fn __len__(&self) -> PyResult<usize> {
+        self.inner
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "chute.Tensor(dtype={}, shape={:?})",
+            self.inner.dtype(),
+            self.inner.shape()
+        )
+    }
+
+    /// numpy's array interface (version 3): the data pointer, writable, C-contiguous.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let t = &self.inner;
+        let typestr = typestr(t.dtype()).ok_or_else(|| {
+            PyBufferError::new_err(format!(
+                "numpy has no {} type; take this column with output=\"torch\", \"jax\" or \
+                 \"dlpack\"",
+                t.dtype()
+            ))
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("shape", PyTuple::new(py, t.shape())?)?;
+        d.set_item("typestr", typestr)?;
+        // (address, read_only): writable, so torch.from_numpy takes it without a warning.
+        d.set_item("data", (t.data_ptr() as usize, false))?;
+        d.set_item("strides", py.None())?;
+        Ok(d)
+    }
+
+    /// Exports the column as a DLPack capsule (no copy unless `copy=True`).
+    ///
+    /// `max_version >= (1, 0)` gets a versioned capsule (`"dltensor_versioned"`), otherwise
+    /// the legacy `"dltensor"` one. The memory is CPU memory: `dl_device`, if given, must be
+    /// `(1, 0)`; `stream` must be `None` or `-1` (CPU has no streams).
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        if let Some(s) = stream
+            && !s.is_none()
+            && s.extract::<i64>().ok() != Some(-1)
+        {
+            return Err(PyBufferError::new_err(
+                "chute tensors are in CPU memory: stream must be None",
+            ));
+        }
+        if let Some(d) = dl_device
+            && d != (dlpack::KDL_CPU, 0)
+        {
+            return Err(PyBufferError::new_err(format!(
+                "chute tensors are in CPU memory (device (1, 0)), not on device {d:?}; copy \
+                 them to the device with the consumer (tensor.to(device))"
+            )));
+        }
+        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        let copied = copy == Some(true);
+        let tensor = if copied {
+            let mut c = chute::Tensor::zeros(self.inner.dtype(), self.inner.shape().to_vec());
+            c.as_bytes_mut().copy_from_slice(self.inner.as_bytes());
+            Arc::new(c)
+        } else {
+            Arc::clone(&self.inner)
+        };
+        dlpack::capsule(py, tensor, versioned, copied)
+    }
+
+    /// `(kDLCPU, 0)`.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (dlpack::KDL_CPU, 0)
+    }
+}

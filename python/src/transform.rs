@@ -1,0 +1,263 @@
+//! [`PyTransform`]: a Python callable as a chute [`Transform`], run on the worker threads
+//! with the GIL held for the length of the call.
+//!
+//! The callable gets the sample as a `dict`: numeric fields as writable numpy arrays (copies,
+//! already in the dtype the batch will have), bytes fields as `bytes`, text as `str`, plus
+//! `"__index__"` (the global sample id) and, when the format has keys, `"__key__"`. If it
+//! accepts two positional arguments, the second is a `numpy.random.Generator` seeded from the
+//! sample's own RNG, so augmentations depend on (seed, epoch, sample) only. It returns the new
+//! dict (or `None` after editing the given one in place); `"__index__"`/`"__key__"` are
+//! ignored on the way back, arrays become array fields, `bytes` bytes fields and `str` text.
+//!
+//! An exception raised by the callable travels inside the engine's `Error::Transform` as the
+//! `PyErr` itself and is raised again, unchanged, from `next()` (see `errors.rs`).
+//! `KeyboardInterrupt` and `SystemExit` are not per-sample errors: they are parked in
+//! [`Interrupt`] (so `on_error="skip"` cannot swallow them) and raised by the loader.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use chute::core::{Array, BoxError, Field, FieldName, Sample, SampleRng, cast_into};
+use chute::{DType, Transform};
+use pyo3::exceptions::{PyException, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyModule, PyString};
+
+use crate::source::dtype;
+use crate::tensor::Tensor;
+
+/// Set when the interpreter starts shutting down (an `atexit` hook of the package): from then
+/// on transforms fail at once instead of trying to take the GIL, which a finalizing
+/// interpreter never gives back to other threads.
+pub(crate) static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// A `KeyboardInterrupt` (or other non-`Exception`) raised inside a transform, waiting for
+/// the loader to raise it. Shared by a loader and its transforms.
+#[derive(Debug, Default)]
+pub(crate) struct Interrupt(Mutex<Option<PyErr>>);
+
+impl Interrupt {
+    fn is_set(&self) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+    }
+
+    fn set(&self, err: PyErr) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(err);
+    }
+
+    /// The parked exception, if any (taken: it is raised once).
+    pub(crate) fn take(&self) -> Option<PyErr> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// A Python callable `f(sample)` or `f(sample, rng)` as a chute transform.
+pub(crate) struct PyTransform {
+    func: Py<PyAny>,
+    takes_rng: bool,
+    name: String,
+    interrupt: std::sync::Arc<Interrupt>,
+}
+
+impl PyTransform {
+    pub(crate) fn new(
+        func: Bound<'_, PyAny>,
+        takes_rng: bool,
+        interrupt: std::sync::Arc<Interrupt>,
+    ) -> PyResult<Self> {
+        if !func.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "transforms must be callables f(sample) or f(sample, rng), got {}",
+                func.get_type().name()?
+            )));
+        }
+        let name = match func.getattr("__qualname__") {
+            Ok(n) => n.extract::<String>()?,
+            Err(_) => func.get_type().name()?.to_string(),
+        };
+        Ok(PyTransform {
+            func: func.unbind(),
+            takes_rng,
+            name,
+            interrupt,
+        })
+    }
+
+    fn call(&self, py: Python<'_>, sample: &mut Sample, rng: &mut SampleRng) -> PyResult<()> {
+        let np = numpy(py)?;
+        let d = to_dict(py, sample)?;
+        let out = if self.takes_rng {
+            let seed = rng.next_u64();
+            let generator = np.getattr("random")?.call_method1("default_rng", (seed,))?;
+            self.func.call1(py, (&d, generator))?
+        } else {
+            self.func.call1(py, (&d,))?
+        };
+        let out = out.bind(py);
+        let fields = if out.is_none() {
+            from_dict(py, np, &d)?
+        } else {
+            let out = out.cast::<PyDict>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "transform {} returned {}; return a dict (or None after editing the \
+                     sample in place)",
+                    self.name,
+                    out.get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                ))
+            })?;
+            from_dict(py, np, out)?
+        };
+        sample.fields = fields;
+        Ok(())
+    }
+}
+
+impl Transform for PyTransform {
+    fn apply(&self, sample: &mut Sample, rng: &mut SampleRng) -> Result<(), BoxError> {
+        if SHUTTING_DOWN.load(Ordering::Relaxed) {
+            return Err("the Python interpreter is shutting down".into());
+        }
+        if self.interrupt.is_set() {
+            return Err("interrupted".into());
+        }
+        Python::attach(|py| match self.call(py, sample, rng) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_instance_of::<PyException>(py) => Err(Box::new(e) as BoxError),
+            Err(e) => {
+                // KeyboardInterrupt, SystemExit: not this sample's fault; the loader raises it.
+                let msg = format!("interrupted by {}", e.get_type(py));
+                self.interrupt.set(e);
+                Err(msg.into())
+            }
+        })
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The `numpy` module (imported once per process).
+fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    NUMPY
+        .get_or_try_init(py, || Ok::<_, PyErr>(py.import("numpy")?.unbind()))
+        .map(|m| m.bind(py))
+}
+
+/// The sample as the dict a transform sees.
+fn to_dict<'py>(py: Python<'py>, sample: &Sample) -> PyResult<Bound<'py, PyDict>> {
+    let np = numpy(py)?;
+    let d = PyDict::new(py);
+    for (name, field) in &sample.fields {
+        let name: &str = name;
+        match field {
+            Field::Bytes(b) => d.set_item(name, PyBytes::new(py, b))?,
+            Field::Text(b) => d.set_item(name, PyString::new(py, &String::from_utf8_lossy(b)))?,
+            Field::Array(a) => d.set_item(name, to_numpy(py, np, a)?)?,
+            _ => {
+                return Err(PyTypeError::new_err(format!(
+                    "field {name:?} has a kind this version of the Python package cannot pass \
+                     to a transform"
+                )));
+            }
+        }
+    }
+    d.set_item("__index__", sample.index)?;
+    if !sample.key.is_empty() {
+        d.set_item("__key__", &sample.key)?;
+    }
+    Ok(d)
+}
+
+/// A copy of `a` as a writable numpy array of the dtype it will have in the batch.
+fn to_numpy<'py>(
+    py: Python<'py>,
+    np: &Bound<'py, PyModule>,
+    a: &Array,
+) -> PyResult<Bound<'py, PyAny>> {
+    let out = a.out_dtype();
+    let mut t = chute::Tensor::zeros(out, a.shape.clone());
+    cast_into(a.dtype, &a.data, out, t.as_bytes_mut());
+    np.call_method1("asarray", (Py::new(py, Tensor::new(t))?,))
+}
+
+/// The fields of a dict a transform returned.
+fn from_dict(
+    py: Python<'_>,
+    np: &Bound<'_, PyModule>,
+    d: &Bound<'_, PyDict>,
+) -> PyResult<Vec<(FieldName, Field)>> {
+    let mut fields = Vec::with_capacity(d.len());
+    for (k, v) in d.iter() {
+        let name: String = k.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "transform returned a dict with key {}; keys must be str",
+                k.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })?;
+        if name == "__index__" || name == "__key__" {
+            continue;
+        }
+        let field = if let Ok(b) = v.cast::<PyBytes>() {
+            Field::Bytes(Bytes::copy_from_slice(b.as_bytes()))
+        } else if let Ok(b) = v.cast::<PyByteArray>() {
+            Field::Bytes(Bytes::from(b.to_vec()))
+        } else if let Ok(s) = v.cast::<PyString>() {
+            Field::Text(Bytes::from(s.extract::<String>()?))
+        } else {
+            Field::Array(to_array(py, np, &name, &v)?)
+        };
+        fields.push((FieldName::Owned(name), field));
+    }
+    Ok(fields)
+}
+
+/// Anything numpy can make an array of (arrays, numbers, nested lists) as an array field.
+fn to_array(
+    py: Python<'_>,
+    np: &Bound<'_, PyModule>,
+    name: &str,
+    v: &Bound<'_, PyAny>,
+) -> PyResult<Array> {
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("order", "C")?;
+    let mut a = np.call_method("asarray", (v,), Some(&kwargs))?;
+    let mut dt = a.getattr("dtype")?;
+    if dt.getattr("byteorder")?.extract::<String>()? == ">" {
+        // chute's buffers are little-endian.
+        let little = dt.call_method1("newbyteorder", ("<",))?;
+        a = a.call_method1("astype", (&little,))?;
+        dt = little;
+    }
+    let dtype: DType = dtype(name, &dt.getattr("name")?).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "transform returned field {name:?} as {}, which chute cannot batch; return numeric \
+             arrays, bytes or str",
+            v.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+                + &dt
+                    .str()
+                    .map(|s| format!(" of dtype {s}"))
+                    .unwrap_or_default()
+        ))
+    })?;
+    let shape: Vec<usize> = a.getattr("shape")?.extract()?;
+    let data = a.call_method0("tobytes")?;
+    let data = data.cast::<PyBytes>()?;
+    Ok(Array::new(
+        dtype,
+        shape,
+        Bytes::copy_from_slice(data.as_bytes()),
+    ))
+}
