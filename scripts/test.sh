@@ -14,3 +14,18 @@ echo "== cargo doc"
 cargo doc --workspace --no-deps --locked --quiet
 echo "== cargo test"
 cargo test --workspace --locked
+
+# The Python package: build and install it the way users do (pip install . builds the
+# extension with maturin, fetched by pip's build isolation), then run its tests. The venv is
+# kept between runs; cargo's target/ is shared with the steps above.
+echo "== python: pip install . into .venv"
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+# jax (CPU, ~100 MB) for the JAX DLPack test; mypy for the stub check. torch is not installed:
+# its PyPI wheel pulls ~3 GB of CUDA libraries (its tests skip, saying so).
+.venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest jax mypy
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
+echo "== python: pytest"
+.venv/bin/python -m pytest python/tests -q -rs
