@@ -1,0 +1,3 @@
+//! chute-formats' integration tests: one binary, one module per format.
+
+mod tfrecord;
