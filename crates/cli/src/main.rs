@@ -1,8 +1,9 @@
-//! The `chute` command: `demo`, `bench`, `tokens`, `inspect`, `verify`, `cat`.
+//! The `chute` command: `demo`, `bench`, `tokens`, `index`, `inspect`, `verify`, `cat`.
 
 mod bench;
 mod dataset;
 mod demo;
+mod index;
 mod inspect;
 mod tokens;
 
@@ -25,6 +26,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a token file (flat little-endian uint16/uint32 ids) from text or .npy.
     Tokens(tokens::TokensArgs),
+    /// Write each shard's index file (tar, TFRecord) and the dataset's manifest.json, so the
+    /// loader can shuffle globally and split ranks exactly without scanning.
+    Index(index::IndexArgs),
     /// Show a dataset's format, fields, sample count, sizes and first records.
     Inspect(inspect::InspectArgs),
     /// Read every record of every shard; report each problem with its shard and byte offset
@@ -40,6 +44,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Tokens(a) => tokens::run(a),
+        Command::Index(a) => index::run(a),
         Command::Inspect(a) => inspect::inspect(a),
         Command::Verify(a) => inspect::verify(a),
         Command::Cat(a) => inspect::cat(a),

@@ -390,3 +390,77 @@ fn inspect_cat_and_verify_a_parquet_file() {
         "{v}"
     );
 }
+
+#[test]
+fn index_writes_manifest_and_indexes_that_the_loader_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["wds-shard-000000.tar", "wds-shard-000001.tar"] {
+        std::fs::copy(golden(&format!("webdataset/{name}")), dir.path().join(name)).unwrap();
+    }
+    let pattern = dir.path().join("wds-shard-{000000..000001}.tar");
+    ok(&["index", pattern.to_str().unwrap()]);
+    let manifest = dir.path().join("manifest.json");
+    let m = json(&std::fs::read_to_string(&manifest).unwrap());
+    assert_eq!(m["format"], "webdataset");
+    assert_eq!(
+        m["shards"][1]["path"], "wds-shard-000001.tar",
+        "paths relative to the manifest"
+    );
+    assert!(dir.path().join("wds-shard-000000.tar.idx").exists());
+    let m_path = manifest.to_str().unwrap();
+    let via_manifest = json(&ok(&[
+        "bench",
+        m_path,
+        "--json",
+        "--digest",
+        "--batch-size",
+        "2",
+        "--index",
+        "require",
+    ]));
+    let via_paths = json(&ok(&[
+        "bench",
+        pattern.to_str().unwrap(),
+        "--json",
+        "--digest",
+        "--batch-size",
+        "2",
+    ]));
+    assert_eq!(via_manifest["samples"], 5);
+    assert_eq!(via_manifest["digest"], via_paths["digest"]);
+    let s = json(&ok(&["inspect", m_path, "--json"]));
+    assert_eq!(s["format"], "webdataset");
+    assert_eq!(s["first"][0]["key"], "s0");
+
+    // A shard that changed after indexing: the manifest no longer matches, and says so.
+    let f = dir.path().join("wds-shard-000001.tar");
+    std::fs::copy(golden("webdataset/wds-shard-000000.tar"), &f).unwrap();
+    let out = chute(&["bench", m_path, "--index", "scan"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chute index"));
+}
+
+#[test]
+fn verify_reports_every_corrupt_tfrecord_with_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = golden("tfrecord/examples.tfrecord");
+    let bad = dir.path().join("bad.tfrecord");
+    let mut bytes = std::fs::read(&good).unwrap();
+    let n = bytes.len();
+    bytes[40] ^= 1; // inside record 0's data
+    bytes[n - 30] ^= 1; // inside the last record's data
+    std::fs::write(&bad, &bytes).unwrap();
+    let out = chute(&["verify", bad.to_str().unwrap(), &good, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v = json(&String::from_utf8(out.stdout).unwrap());
+    let problems = v["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 2, "{v}");
+    assert_eq!(problems[0]["offset"], 0);
+    assert!(problems[1]["offset"].as_u64().unwrap() > 0);
+    assert!(problems[0]["reason"].as_str().unwrap().contains("crc"));
+    assert_eq!(v["samples"], 10, "both shards read to the end");
+    let rows = ok(&["cat", &good, "-n", "1", "--columns", "label,floats"]);
+    let row = json(rows.lines().next().unwrap());
+    assert_eq!(row["fields"]["label"], -2);
+    assert_eq!(row["fields"]["floats"][1], 0.125);
+}

@@ -1,0 +1,90 @@
+//! `chute index`: per-shard index files and the dataset's manifest.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use chute::formats::{tfrecord, webdataset};
+use clap::Args;
+
+use crate::dataset::{DatasetArgs, Format, IndexArg};
+
+/// `chute index` arguments.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct IndexArgs {
+    #[command(flatten)]
+    dataset: DatasetArgs,
+    /// Where to write the manifest (default: `manifest.json` next to the first shard).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+}
+
+/// Scans every shard, writes `<shard>.idx` for tar and TFRecord shards (random access for
+/// the global shuffle), and the manifest: shards with sample counts and byte sizes, paths
+/// relative to the manifest's folder.
+pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
+    args.dataset.index = IndexArg::Scan; // index what the shards hold now, not a stale index
+    let r = args.dataset.resolve()?;
+    if r.manifest.is_some() {
+        anyhow::bail!("chute index takes shard files, not a manifest");
+    }
+    let source = args.dataset.open()?;
+    let mut indexes = 0;
+    match r.format {
+        Format::Webdataset | Format::Tfrecord => {
+            // Re-open per shard to reach the format's own index (the Source trait hides it).
+            for path in &r.paths {
+                match r.format {
+                    Format::Webdataset => {
+                        let s = webdataset::WebDatasetSource::open(
+                            std::slice::from_ref(path),
+                            webdataset::WebDatasetOptions {
+                                index: webdataset::IndexMode::Scan,
+                                ..Default::default()
+                            },
+                        )?;
+                        s.shard_index(0).save(&webdataset::index_path(path))?;
+                    }
+                    _ => {
+                        let s = tfrecord::TfRecordSource::open(
+                            std::slice::from_ref(path),
+                            tfrecord::TfRecordOptions {
+                                index: tfrecord::IndexMode::Scan,
+                                example: None,
+                                ..Default::default()
+                            },
+                        )?;
+                        tfrecord::write_index(&tfrecord::index_path(path), &s.index_entries(0))?;
+                    }
+                }
+                indexes += 1;
+            }
+        }
+        Format::Tokens | Format::Parquet => {}
+    }
+    let out = args.output.clone().unwrap_or_else(|| {
+        r.paths[0]
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("manifest.json")
+    });
+    let base = out.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+    let mut manifest = source.manifest().clone();
+    for s in &mut manifest.shards {
+        let p = PathBuf::from(&s.path);
+        if let Ok(rel) = p.strip_prefix(&base) {
+            s.path = rel.display().to_string();
+        }
+    }
+    let tmp = out.with_extension("json.tmp");
+    std::fs::write(&tmp, manifest.to_json())
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &out).with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "{}: {} shard(s), {} samples, {} bytes; {indexes} index file(s) written",
+        out.display(),
+        manifest.shards.len(),
+        manifest.total_samples(),
+        manifest.total_bytes()
+    );
+    Ok(())
+}
