@@ -7,6 +7,13 @@
 //! - [`TokenSource`], [`TokenOptions`], [`TokenWriter`]: nanoGPT-style token files (flat
 //!   `uint16`/`uint32` ids), read as non-overlapping windows of `seq_len + 1` tokens.
 //! - [`NpyHeader`], [`read_npy`], [`write_npy`]: numpy's `.npy` format, versions 1.0 to 3.0.
+//! - [`webdataset`]: WebDataset tar shards: [`WebDatasetSource`] (random access through
+//!   per-shard indexes), [`webdataset::ShardWriter`], [`expand_braces`]; over the sans-IO
+//!   [`tar`] decoder and writer (ustar, pax, GNU long names).
+//! - [`tfrecord`] and [`example`]: TFRecord framing with CRC32C, [`TfRecordSource`], writers,
+//!   DALI-format index files, GZIP streaming; a hand-written `tf.train.Example` codec.
+//! - `parquet` (feature `parquet`): `ParquetSource` with projection and a columnar fast path,
+//!   `ParquetWriter`.
 //! - [`check::check_reader`]: the conformance suite every reader passes.
 //! - [`parse_token_text`], [`token_ids_from_npy`]: token ids from text or `.npy` arrays, to
 //!   feed a [`TokenWriter`].
@@ -49,4 +56,6 @@ pub mod webdataset;
 
 pub use ids::{parse_token_text, token_ids_from_npy};
 pub use npy::{NpyHeader, npy_descr, read_npy, write_npy};
+pub use tfrecord::{TfRecordOptions, TfRecordSource};
 pub use tokens::{TOKENS_FIELD, TokenOptions, TokenSource, TokenWriter};
+pub use webdataset::{WebDatasetOptions, WebDatasetSource, expand_braces};
