@@ -15,11 +15,12 @@ resumable from a ``state_dict`` of a few integers, split exactly across ranks.
             tokens = batch["tokens"]                             # int64 [16, 1025] numpy view
     state = loader.state_dict()                                  # load_state_dict(state)
 
-Public names: ``Loader``, ``tokens``, ``Source``, ``Tensor`` and the exceptions
+Public names: ``Loader``, the sources ``tokens``, ``webdataset``, ``tfrecord`` and
+``parquet``, ``Source``, ``Tensor`` and the exceptions
 ``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``.
 """
 
-from ._chute import Source, Tensor, __version__, tokens
+from ._chute import Source, Tensor, __version__, parquet, tfrecord, tokens, webdataset
 from ._errors import ChuteError, ConfigError, CorruptDataError, StateError
 from ._loader import Loader
 
@@ -32,5 +33,8 @@ __all__ = [
     "StateError",
     "Tensor",
     "__version__",
+    "parquet",
+    "tfrecord",
     "tokens",
+    "webdataset",
 ]

@@ -3,7 +3,17 @@
 import os
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, final
 
-__all__ = ["Loader", "Source", "Tensor", "__version__", "shutdown", "tokens"]
+__all__ = [
+    "Loader",
+    "Source",
+    "Tensor",
+    "__version__",
+    "parquet",
+    "shutdown",
+    "tfrecord",
+    "tokens",
+    "webdataset",
+]
 
 __version__: str
 
@@ -12,7 +22,7 @@ _DType = Any  # a numpy dtype name ("uint16"), a numpy dtype or a numpy scalar t
 
 @final
 class Source:
-    """A dataset chute can load (``chute.tokens(...)``)."""
+    """A dataset chute can load (``chute.tokens``, ``webdataset``, ``tfrecord``, ``parquet``)."""
 
     def __len__(self) -> int: ...
     @property
@@ -27,6 +37,27 @@ def tokens(
     out_dtype: _DType = "int64",
 ) -> Source:
     """Token files (nanoGPT's ``.bin``): windows of ``seq_len + 1`` tokens, column ``tokens``."""
+
+def webdataset(urls: Union[_Path, Sequence[_Path]], *, index: str = "auto") -> Source:
+    """WebDataset tar shards (brace patterns expand): fields by extension, plus ``__key__``."""
+
+def tfrecord(
+    urls: Union[_Path, Sequence[_Path]],
+    *,
+    features: Optional[Sequence[str]] = None,
+    raw: bool = False,
+    verify_checksums: bool = True,
+    index: str = "auto",
+) -> Source:
+    """TFRecord files of ``tf.train.Example``s: one column per feature (or raw records)."""
+
+def parquet(
+    urls: Union[_Path, Sequence[_Path]],
+    *,
+    columns: Optional[Sequence[str]] = None,
+    chunk_rows: Optional[int] = None,
+) -> Source:
+    """Parquet files: projected columns; numeric ``[B]``, fixed-size lists ``[B, k]``."""
 
 @final
 class Tensor:

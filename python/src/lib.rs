@@ -10,7 +10,7 @@
 //!   between polls; rebuilds its threads after `fork()`.
 //! - `Tensor` (`tensor.rs`): one batch column, owning chute's pooled buffer, exposed
 //!   without copies through `__array_interface__` (numpy) and `__dlpack__` (`dlpack.rs`).
-//! - `Source` (`source.rs`): an opened dataset (`tokens(...)` today).
+//! - `Source` (`source.rs`): an opened dataset (`tokens`, `webdataset`, `tfrecord`, `parquet`).
 //! - `PyTransform` (`transform.rs`): a Python callable as a chute transform, run on
 //!   the worker threads under the GIL.
 
@@ -30,7 +30,7 @@ mod _chute {
     #[pymodule_export]
     use crate::loader::shutdown;
     #[pymodule_export]
-    use crate::source::{Source, tokens};
+    use crate::source::{Source, parquet, tfrecord, tokens, webdataset};
     #[pymodule_export]
     use crate::tensor::Tensor;
 

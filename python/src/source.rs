@@ -1,9 +1,15 @@
-//! [`Source`]: an opened dataset, and the functions that open one (`tokens` today;
-//! `webdataset`, `tfrecord` and `parquet` return the same class as their readers land).
+//! [`Source`]: an opened dataset, and the functions that open one: `tokens`, `webdataset`,
+//! `tfrecord` and `parquet`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use chute::formats::example::ExampleOptions;
+use chute::formats::parquet::{ParquetOptions, ParquetSource};
+use chute::formats::tfrecord::{IndexMode as TfrIndex, TfRecordOptions, TfRecordSource};
+use chute::formats::webdataset::{
+    IndexMode as WdsIndex, WebDatasetOptions, WebDatasetSource, expand_braces,
+};
 use chute::{DType, TokenOptions, TokenSource};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -11,11 +17,12 @@ use pyo3::types::PyString;
 use crate::errors;
 
 /// A dataset chute can load: samples addressed by a global id, in shards. Made by
-/// `chute.tokens(...)` (and later `chute.webdataset(...)`, ...); passed to `chute.Loader`.
+/// `chute.tokens(...)`, `chute.webdataset(...)`, `chute.tfrecord(...)` or
+/// `chute.parquet(...)`; passed to `chute.Loader`.
 #[pyclass(module = "chute._chute", name = "Source", frozen)]
 pub(crate) struct Source {
     pub(crate) inner: Arc<dyn chute::Source>,
-    /// The format (`tokens`), for `repr`.
+    /// The format (`tokens`, `webdataset`, ...), for `repr`.
     kind: &'static str,
 }
 
@@ -54,12 +61,123 @@ impl Source {
     }
 }
 
-/// One path or a sequence of paths (`str` or `os.PathLike`).
+/// One path or a sequence of paths (`str` or `os.PathLike`); strings with braces are
+/// expanded as WebDataset shard lists are (`train-{000000..000127}.tar`).
 fn paths(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
-    if obj.is_instance_of::<PyString>() || obj.hasattr("__fspath__")? {
-        return Ok(vec![obj.extract()?]);
+    let items: Vec<Bound<'_, PyAny>> =
+        if obj.is_instance_of::<PyString>() || obj.hasattr("__fspath__")? {
+            vec![obj.clone()]
+        } else {
+            obj.try_iter()?.collect::<PyResult<_>>()?
+        };
+    let mut out = Vec::new();
+    for item in items {
+        if let Ok(s) = item.extract::<String>()
+            && s.contains('{')
+        {
+            let expanded = expand_braces(&s).map_err(errors::from_config)?;
+            out.extend(expanded.into_iter().map(PathBuf::from));
+        } else {
+            out.push(item.extract()?);
+        }
     }
-    obj.try_iter()?.map(|p| p?.extract()).collect()
+    Ok(out)
+}
+
+/// `index="auto" | "require" | "scan"`.
+fn index_mode(index: &str) -> PyResult<(WdsIndex, TfrIndex)> {
+    Ok(match index {
+        "auto" => (WdsIndex::Auto, TfrIndex::Auto),
+        "require" => (WdsIndex::Require, TfrIndex::Require),
+        "scan" => (WdsIndex::Scan, TfrIndex::Scan),
+        other => {
+            return Err(errors::from_config(chute::ConfigError::new(
+                "index",
+                format!("{other:?}; use \"auto\", \"require\" or \"scan\""),
+            )));
+        }
+    })
+}
+
+/// WebDataset tar shards (local paths; brace patterns expand). Members sharing a key form a
+/// sample; fields are named by extension (`jpg`, `cls`, ...) and hold bytes, with the key in
+/// a `__key__` text field. `index`: use `<shard>.idx` from `chute index` when present
+/// (`"auto"`), always (`"require"`) or never (`"scan"` the headers).
+#[pyfunction]
+#[pyo3(signature = (urls, *, index="auto"))]
+pub(crate) fn webdataset(py: Python<'_>, urls: &Bound<'_, PyAny>, index: &str) -> PyResult<Source> {
+    let files = paths(urls)?;
+    let options = WebDatasetOptions {
+        index: index_mode(index)?.0,
+        ..Default::default()
+    };
+    let source = py
+        .detach(|| WebDatasetSource::open(&files, options))
+        .map_err(errors::to_py)?;
+    Ok(Source {
+        inner: Arc::new(source),
+        kind: "webdataset",
+    })
+}
+
+/// TFRecord files of `tf.train.Example`s (local paths; brace patterns expand). Each feature
+/// becomes a column: int64 and float lists as arrays (a one-value list as a scalar), a bytes
+/// list of one value as bytes. `features` keeps only those (in that order); `raw=True` gives
+/// each record's bytes as a `record` column instead. CRC32C checks are on unless
+/// `verify_checksums=False`.
+#[pyfunction]
+#[pyo3(signature = (urls, *, features=None, raw=false, verify_checksums=true, index="auto"))]
+pub(crate) fn tfrecord(
+    py: Python<'_>,
+    urls: &Bound<'_, PyAny>,
+    features: Option<Vec<String>>,
+    raw: bool,
+    verify_checksums: bool,
+    index: &str,
+) -> PyResult<Source> {
+    let files = paths(urls)?;
+    let options = TfRecordOptions {
+        verify_checksums,
+        example: (!raw).then(|| ExampleOptions {
+            features,
+            ..Default::default()
+        }),
+        index: index_mode(index)?.1,
+        ..Default::default()
+    };
+    let source = py
+        .detach(|| TfRecordSource::open(&files, options))
+        .map_err(errors::to_py)?;
+    Ok(Source {
+        inner: Arc::new(source),
+        kind: "tfrecord",
+    })
+}
+
+/// Parquet files (local paths; brace patterns expand). `columns` projects (default: all);
+/// numeric columns come out as `[B]`, fixed-size lists as `[B, k]`, binary and string columns
+/// as lists. Row groups are split into shards of at most `chunk_rows` rows (default 65,536).
+#[pyfunction]
+#[pyo3(signature = (urls, *, columns=None, chunk_rows=None))]
+pub(crate) fn parquet(
+    py: Python<'_>,
+    urls: &Bound<'_, PyAny>,
+    columns: Option<Vec<String>>,
+    chunk_rows: Option<usize>,
+) -> PyResult<Source> {
+    let files = paths(urls)?;
+    let options = ParquetOptions {
+        columns,
+        chunk_rows,
+        ..Default::default()
+    };
+    let source = py
+        .detach(|| ParquetSource::open(&files, options))
+        .map_err(errors::to_py)?;
+    Ok(Source {
+        inner: Arc::new(source),
+        kind: "parquet",
+    })
 }
 
 /// A dtype argument (`"uint16"`, `"int64"`, a numpy dtype or type: anything whose `str()` or

@@ -1,0 +1,99 @@
+"""WebDataset, TFRecord and Parquet from Python: files written by the peers' own libraries
+(webdataset, pyarrow: installed by scripts/test.sh; TensorFlow: its golden files in testdata/)
+are read exactly."""
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import chute
+
+TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
+
+
+def all_batches(loader):
+    return [b for b in loader]
+
+
+def test_webdataset_shards_written_by_the_webdataset_package(tmp_path):
+    wds = pytest.importorskip("webdataset", reason="webdataset not installed (scripts/test.sh installs it)")
+    pattern = str(tmp_path / "shard-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=7) as sink:
+        for i in range(20):
+            sink.write({"__key__": f"sample{i:03d}", "cls": str(i % 5).encode(),
+                        "txt": f"caption {i}", "npy": np.full(3, i, dtype=np.int16)})
+    source = chute.webdataset(str(tmp_path / "shard-{000000..000002}.tar"))
+    assert len(source) == 20
+    assert [n for _, n in source.shards] == [7, 7, 6]
+    loader = chute.Loader(source, batch_size=8, shuffle=True, seed=1, num_workers=2)
+    seen = {}
+    for batch in loader:
+        assert set(batch) == {"__key__", "cls", "npy", "txt"}
+        for k, c, t, npy in zip(batch["__key__"], batch["cls"], batch["txt"], batch["npy"]):
+            i = int(k[len("sample"):])
+            seen[k] = True
+            assert c == str(i % 5).encode()
+            assert t == f"caption {i}".encode()
+            assert np.array_equal(np.load(io.BytesIO(npy)), np.full(3, i, dtype=np.int16))
+    assert len(seen) == 20
+
+
+def test_webdataset_golden_and_brace_lists():
+    src = chute.webdataset([str(TESTDATA / "webdataset" / "wds-shard-{000000..000001}.tar")])
+    keys = [k for b in chute.Loader(src, batch_size=2) for k in b["__key__"]]
+    assert keys == ["s0", "s1", "s2", "s3", "s4"]
+
+
+def test_tfrecord_written_by_tensorflow():
+    src = chute.tfrecord(str(TESTDATA / "tfrecord" / "examples.tfrecord"))
+    (batch,) = all_batches(chute.Loader(src, batch_size=5))
+    assert batch["label"].tolist() == [-2, -1, 0, 1, 2]
+    assert batch["floats"].shape == (5, 8) and batch["floats"].dtype == np.float32
+    assert batch["floats"][1, 1] == np.float32(1.125)
+    assert batch["bytes"][0] == b"record-0"
+    only = chute.tfrecord(str(TESTDATA / "tfrecord" / "examples.tfrecord"), features=["label"])
+    assert set(next(iter(chute.Loader(only, batch_size=2)))) == {"label"}
+
+
+def test_tfrecord_corruption_is_reported_with_shard_and_offset(tmp_path):
+    data = bytearray((TESTDATA / "tfrecord" / "examples.tfrecord").read_bytes())
+    data[40] ^= 1
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(bytes(data))
+    loader = chute.Loader(chute.tfrecord(str(bad)), batch_size=5)
+    with pytest.raises(chute.CorruptDataError, match="bad.tfrecord at byte 0"):
+        next(iter(loader))
+    skipping = chute.Loader(chute.tfrecord(str(bad)), batch_size=5, on_error="skip")
+    (batch,) = all_batches(skipping)
+    assert len(batch["label"]) == 5 and -2 not in batch["label"].tolist()
+    assert skipping.stats()["skipped"] == 1
+
+
+def test_parquet_written_by_pyarrow(tmp_path):
+    pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (scripts/test.sh installs it)")
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 1000
+    table = pa.table({
+        "x": pa.array(np.arange(n, dtype=np.float32) / 4),
+        "label": pa.array(np.arange(n, dtype=np.int64) * 7),
+        "name": pa.array([f"row {i}" for i in range(n)]),
+        "emb": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(2 * n, dtype=np.float64)), 2),
+    })
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=300)
+    src = chute.parquet(str(path), columns=["label", "x", "emb", "name"])
+    loader = chute.Loader(src, batch_size=128, shuffle=True, seed=3, num_workers=2)
+    rows = 0
+    for b in loader:
+        assert list(b) == ["label", "x", "emb", "name"]
+        ids = b["label"] // 7
+        assert np.array_equal(b["x"], ids.astype(np.float32) / 4)
+        assert np.array_equal(b["emb"], np.stack([2 * ids, 2 * ids + 1], axis=1).astype(np.float64))
+        assert b["name"] == [f"row {i}" for i in ids]
+        rows += len(ids)
+    assert rows == n
+    with pytest.raises(chute.ConfigError, match="nope"):
+        chute.parquet(str(path), columns=["nope"])
