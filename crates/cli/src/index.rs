@@ -22,16 +22,15 @@ pub(crate) struct IndexArgs {
 /// the global shuffle), and the manifest: shards with sample counts and byte sizes, paths
 /// relative to the manifest's folder.
 pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
-    args.dataset.index = IndexArg::Scan; // index what the shards hold now, not a stale index
     let r = args.dataset.resolve()?;
     if r.manifest.is_some() {
         anyhow::bail!("chute index takes shard files, not a manifest");
     }
-    let source = args.dataset.open()?;
     let mut indexes = 0;
     match r.format {
         Format::Webdataset | Format::Tfrecord => {
-            // Re-open per shard to reach the format's own index (the Source trait hides it).
+            // Scan each shard on its own (ignoring any old index) to reach the format's index,
+            // which the Source trait hides.
             for path in &r.paths {
                 match r.format {
                     Format::Webdataset => {
@@ -61,6 +60,10 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
         }
         Format::Tokens | Format::Parquet => {}
     }
+    // The indexes just written describe the shards as they are now, so opening through them
+    // (not scanning a second time) gives the manifest.
+    args.dataset.index = IndexArg::Auto;
+    let source = args.dataset.open()?;
     let out = args.output.clone().unwrap_or_else(|| {
         r.paths[0]
             .parent()
