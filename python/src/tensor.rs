@@ -26,23 +26,9 @@ impl Tensor {
 }
 
 /// numpy's array-interface type string (`'<i8'`, `'|u1'`...), or `None` where numpy has no
-/// such type (bfloat16).
+/// such type (bfloat16): the same string as a `.npy` header's `descr`.
 fn typestr(dtype: DType) -> Option<&'static str> {
-    Some(match dtype {
-        DType::Bool => "|b1",
-        DType::U8 => "|u1",
-        DType::I8 => "|i1",
-        DType::U16 => "<u2",
-        DType::I16 => "<i2",
-        DType::U32 => "<u4",
-        DType::I32 => "<i4",
-        DType::U64 => "<u8",
-        DType::I64 => "<i8",
-        DType::F16 => "<f2",
-        DType::F32 => "<f4",
-        DType::F64 => "<f8",
-        _ => return None,
-    })
+    chute::formats::npy_descr(dtype)
 }
 
 #[pymethods]

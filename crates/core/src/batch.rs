@@ -1,5 +1,7 @@
 //! [`Batch`]: named columns of a whole batch, each a few contiguous buffers.
 
+use crate::buffer::BufferPool;
+use crate::dtype::DType;
 use crate::tensor::Tensor;
 
 /// A column of a batch.
@@ -43,6 +45,34 @@ pub struct VarColumn {
 }
 
 impl VarColumn {
+    /// Copies `values` into one data buffer with its offsets, both from `pool`. `values` is
+    /// walked twice (lengths, then bytes), so it must yield the same slices each time.
+    pub fn collect<'a, I>(pool: &BufferPool, values: I, text: bool) -> VarColumn
+    where
+        I: Iterator<Item = &'a [u8]> + Clone,
+    {
+        let (n, total) = values
+            .clone()
+            .fold((0usize, 0usize), |(n, t), v| (n + 1, t + v.len()));
+        let mut offsets = pool.take((n + 1) * DType::I64.size());
+        let mut data = pool.take(total);
+        {
+            let (offs, bytes) = (offsets.as_mut_slice(), data.as_mut_slice());
+            offs[..8].copy_from_slice(&0i64.to_le_bytes());
+            let mut pos = 0usize;
+            for (i, v) in values.enumerate() {
+                bytes[pos..pos + v.len()].copy_from_slice(v);
+                pos += v.len();
+                offs[(i + 1) * 8..(i + 2) * 8].copy_from_slice(&(pos as i64).to_le_bytes());
+            }
+        }
+        VarColumn {
+            offsets: Tensor::new(DType::I64, vec![n + 1], offsets),
+            data: Tensor::new(DType::U8, vec![total], data),
+            text,
+        }
+    }
+
     /// Number of values.
     pub fn len(&self) -> usize {
         self.offsets.numel().saturating_sub(1)

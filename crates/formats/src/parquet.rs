@@ -544,23 +544,8 @@ impl ParquetSource {
                             col.as_binary::<i32>().value(row)
                         }
                     };
-                    let total: usize = rows.iter().map(|&(gi, row)| value(gi, row).len()).sum();
-                    let mut offsets = pool.take((n + 1) * 8);
-                    let mut data = pool.take(total);
-                    let (offs, bytes) = (offsets.as_mut_slice(), data.as_mut_slice());
-                    offs[..8].copy_from_slice(&0i64.to_le_bytes());
-                    let mut pos = 0;
-                    for (i, &(gi, row)) in rows.iter().enumerate() {
-                        let v = value(gi, row);
-                        bytes[pos..pos + v.len()].copy_from_slice(v);
-                        pos += v.len();
-                        offs[(i + 1) * 8..(i + 2) * 8].copy_from_slice(&(pos as i64).to_le_bytes());
-                    }
-                    Column::Var(VarColumn {
-                        offsets: Tensor::new(DType::I64, vec![n + 1], offsets),
-                        data: Tensor::new(DType::U8, vec![total], data),
-                        text: *kind == Kind::Text,
-                    })
+                    let values = rows.iter().map(|&(gi, row)| value(gi, row));
+                    Column::Var(VarColumn::collect(pool, values, *kind == Kind::Text))
                 }
             };
             out.push((name.clone(), column));

@@ -2,7 +2,7 @@
 //! buffers, converting dtypes on the way (one pass, no intermediate per-sample copies).
 
 use chute_core::{
-    Array, BufferPool, Column, DType, Error, Field, Sample, SampleRef, Tensor, VarColumn, cast_into,
+    Array, BufferPool, Column, Error, Field, Sample, SampleRef, Tensor, VarColumn, cast_into,
 };
 
 /// Collates `samples` (all non-empty batches) into columns named after the first sample's
@@ -96,29 +96,12 @@ fn collate_var(
         (Some(_), _) => Err(kind_mismatch(s, name, if text { "text" } else { "bytes" })),
         (None, _) => Err(missing(s, name)),
     };
-    let mut total = 0usize;
-    for s in samples {
-        total += value(s)?.len();
-    }
-    let mut offsets = pool.take((samples.len() + 1) * DType::I64.size());
-    let mut data = pool.take(total);
-    let mut pos = 0usize;
-    {
-        let offs = offsets.as_mut_slice();
-        offs[..8].copy_from_slice(&0i64.to_le_bytes());
-        let bytes = data.as_mut_slice();
-        for (i, s) in samples.iter().enumerate() {
-            let v = value(s)?;
-            bytes[pos..pos + v.len()].copy_from_slice(&v);
-            pos += v.len();
-            offs[(i + 1) * 8..(i + 2) * 8].copy_from_slice(&(pos as i64).to_le_bytes());
-        }
-    }
-    Ok(Column::Var(VarColumn {
-        offsets: Tensor::new(DType::I64, vec![samples.len() + 1], offsets),
-        data: Tensor::new(DType::U8, vec![total], data),
+    let values = samples.iter().map(value).collect::<Result<Vec<_>, _>>()?;
+    Ok(Column::Var(VarColumn::collect(
+        pool,
+        values.iter().map(|b| &b[..]),
         text,
-    }))
+    )))
 }
 
 pub(crate) fn sample_ref(s: &Sample) -> SampleRef {
@@ -167,6 +150,7 @@ fn field_mismatch(first: &Sample, s: &Sample) -> Error {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
+    use chute_core::DType;
 
     use super::*;
 
