@@ -341,15 +341,16 @@ def _converter(output: str) -> Optional[Callable[[Any], Any]]:
                 "chute.Loader(output='torch') needs PyTorch (pip install torch); "
                 "output='numpy' or 'dlpack' do not"
             ) from e
-        return cast(Callable[[Any], Any], torch.from_dlpack)
+        # getattr: the same type check passes with and without torch installed.
+        return cast(Callable[[Any], Any], getattr(torch, "from_dlpack"))
     try:
-        import jax.numpy as jnp
+        import jax.numpy as jnp  # type: ignore[import-not-found, unused-ignore]
     except ImportError as e:
         raise ImportError(
             "chute.Loader(output='jax') needs JAX (pip install jax); output='numpy' or "
             "'dlpack' do not"
         ) from e
-    return jnp.from_dlpack
+    return cast(Callable[[Any], Any], jnp.from_dlpack)
 
 
 def _find_torch_cudart() -> None:
@@ -391,7 +392,11 @@ def _torch_dataset_class() -> type:
     except ImportError as e:
         raise ImportError("Loader.as_torch_dataset() needs PyTorch (pip install torch)") from e
 
-    class LoaderDataset(torch.utils.data.IterableDataset):  # type: ignore[misc]
+    # An Any-typed base: the type check is the same with torch installed (a generic base) or
+    # not (an unknown module).
+    base: Any = torch.utils.data.IterableDataset
+
+    class LoaderDataset(base):  # type: ignore[misc]
         """A ``chute.Loader`` as an ``IterableDataset``: each ``iter()`` is one epoch of
         batches. Use ``DataLoader(ds, batch_size=None, num_workers=0)``."""
 
