@@ -15,6 +15,21 @@ cargo doc --workspace --no-deps --locked --quiet
 echo "== cargo test"
 cargo test --workspace --locked
 
+# CHUTE_TEST_FUZZ=1 (set by .ci/run): build the cargo-fuzz targets of the tar decoder, the
+# TFRecord framing and the Example parser on the stable toolchain (`-s none`: coverage without
+# a sanitizer), and give each a short smoke run.
+if [ "${CHUTE_TEST_FUZZ:-0}" = 1 ]; then
+  echo "== fuzz targets"
+  command -v cargo-fuzz >/dev/null || cargo install --quiet --locked cargo-fuzz
+  (
+    cd crates/formats
+    cargo fuzz build -s none
+    for target in $(cargo fuzz list); do
+      cargo fuzz run -s none "$target" -- -runs=200000 -max_len=4096 2>&1 | tail -n 1
+    done
+  )
+fi
+
 # The Python package: build and install it the way users do (pip install . builds the
 # extension with maturin, fetched by pip's build isolation), then run its tests. The venv is
 # kept between runs; cargo's target/ is shared with the steps above.
