@@ -52,10 +52,12 @@ print(json.dumps({"loader": "pyarrow iter_batches(4096) -> numpy, sequential",
                   "rows_per_sec_median": n / times[1]}))
 
 chute = os.environ.get("CHUTE", "target/release/chute")
-for shuffle in ["global", "block:4"]:
+for shuffle, chunk in [("none", 65536), ("global", 65536), ("block:4", 65536), ("block:4", 4096)]:
     out = subprocess.run([chute, "bench", path, "--batch-size", "4096", "--shuffle", shuffle,
-                          "--workers", "2", "--epochs", "3", "--json", "--quiet"],
+                          "--chunk-rows", str(chunk), "--workers", "2", "--epochs", "3",
+                          "--json", "--quiet"],
                          capture_output=True, text=True, check=True)
     s = json.loads(out.stdout)
-    print(json.dumps({"loader": f"chute bench --shuffle {shuffle} --workers 2, 3 epochs",
+    print(json.dumps({"loader": f"chute bench --shuffle {shuffle} --chunk-rows {chunk} "
+                                "--workers 2, 3 epochs",
                       "rows_per_sec": s["samples_per_sec"], "wait_fraction": s["wait_fraction"]}))
