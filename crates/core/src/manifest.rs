@@ -128,6 +128,21 @@ impl Manifest {
         Some((shard, id - self.starts[shard]))
     }
 
+    /// [`Manifest::locate`], or a [`ConfigError`] naming the id and the dataset's size: what
+    /// every [`crate::Source::read`] answers for an id past the end.
+    pub fn locate_checked(&self, id: u64) -> Result<(usize, u64), ConfigError> {
+        self.locate(id).ok_or_else(|| {
+            ConfigError::new(
+                "id",
+                format!(
+                    "sample id {id} is out of range: the {} dataset holds {} samples",
+                    self.format,
+                    self.total_samples()
+                ),
+            )
+        })
+    }
+
     /// A short hex fingerprint of what defines the samples: the format, its parameters and
     /// each shard's file name, sample count and size. Directories are left out so a dataset
     /// can move (or be served from a URL) and keep its checkpoints valid.

@@ -404,9 +404,7 @@ impl ParquetSource {
 
     /// The row group and row of sample `id`.
     fn locate(&self, id: u64) -> Result<(usize, usize), Error> {
-        let (shard, row) = self.manifest.locate(id).ok_or_else(|| {
-            ConfigError::new("id", format!("sample {id} is past the dataset's end"))
-        })?;
+        let (shard, row) = self.manifest.locate_checked(id)?;
         let (g, first) = self.chunks[shard];
         Ok((g, (first + row) as usize))
     }

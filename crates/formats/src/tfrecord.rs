@@ -1298,15 +1298,7 @@ impl Source for TfRecordSource {
     /// field. Fails with [`Error::Config`] if `id` is out of range, [`Error::Corrupt`] naming
     /// the shard and offset if a CRC does not match or the example does not decode.
     fn read(&self, id: u64) -> Result<Sample, Error> {
-        let (shard, pos) = self.manifest.locate(id).ok_or_else(|| {
-            ConfigError::new(
-                "id",
-                format!(
-                    "sample id {id} is out of range: the TFRecord files hold {} records",
-                    self.manifest.total_samples()
-                ),
-            )
-        })?;
+        let (shard, pos) = self.manifest.locate_checked(id)?;
         let shard = &self.shards[shard];
         let (start, data) = self.record(shard, pos as usize)?;
         let key = format!("{}/{pos}", shard.stem);

@@ -198,15 +198,8 @@ impl Source for TokenSource {
     /// Sample `id`: one field, `tokens`, an array of `seq_len + 1` tokens viewing the map.
     /// Fails with [`Error::Config`] naming the id if `id` is out of range.
     fn read(&self, id: u64) -> Result<Sample, Error> {
-        let (file, start) = self.locate(id).ok_or_else(|| {
-            ConfigError::new(
-                "id",
-                format!(
-                    "sample id {id} is out of range: the token files hold {} samples",
-                    self.manifest.total_samples()
-                ),
-            )
-        })?;
+        let (file, pos) = self.manifest.locate_checked(id)?;
+        let start = pos as usize * self.window_bytes;
         let TokenOptions {
             seq_len,
             dtype,

@@ -835,15 +835,7 @@ impl Source for WebDatasetSource {
     /// [`Error::Config`] if `id` is out of range, [`Error::Corrupt`] naming the shard if the
     /// sample's bytes are damaged or the index does not match the shard.
     fn read(&self, id: u64) -> Result<Sample, Error> {
-        let (shard, pos) = self.manifest.locate(id).ok_or_else(|| {
-            ConfigError::new(
-                "id",
-                format!(
-                    "sample id {id} is out of range: the shards hold {} samples",
-                    self.manifest.total_samples()
-                ),
-            )
-        })?;
+        let (shard, pos) = self.manifest.locate_checked(id)?;
         let s = &self.shards[shard];
         let mut sample = read_sample(
             &s.data,
