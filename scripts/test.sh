@@ -51,4 +51,5 @@ if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && ! .venv/bin/python -c "import torch" 2>/d
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
 echo "== python: pytest"
-.venv/bin/python -m pytest python/tests -q -rs
+# The `chute convert` interop tests run the command `cargo test` built above.
+CHUTE_BIN="$PWD/target/debug/chute" .venv/bin/python -m pytest python/tests -q -rs

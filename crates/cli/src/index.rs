@@ -1,10 +1,10 @@
 //! `chute index`: per-shard index files and the dataset's manifest.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use chute::formats::{tfrecord, webdataset};
-use clap::Args;
+use clap::{Args, Parser};
 
 use crate::dataset::{DatasetArgs, Format, IndexArg};
 
@@ -16,6 +16,26 @@ pub(crate) struct IndexArgs {
     /// Where to write the manifest (default: `manifest.json` next to the first shard).
     #[arg(short, long)]
     output: Option<PathBuf>,
+}
+
+/// Indexes `paths` as `chute index --format <format> -o <manifest> <paths>` with every other
+/// option at its default (what `chute convert --index` runs on the shards it wrote).
+pub(crate) fn index_files(
+    paths: &[PathBuf],
+    format: Format,
+    manifest: &Path,
+) -> anyhow::Result<()> {
+    #[derive(Parser)]
+    struct Line {
+        #[command(flatten)]
+        index: IndexArgs,
+    }
+    let mut argv: Vec<std::ffi::OsString> = vec!["chute-index".into(), "--format".into()];
+    argv.push(format.name().into());
+    argv.push("--output".into());
+    argv.push(manifest.into());
+    argv.extend(paths.iter().map(|p| p.into()));
+    run(Line::try_parse_from(argv)?.index)
 }
 
 /// Scans every shard, writes `<shard>.idx` for tar and TFRecord shards (random access for

@@ -1,6 +1,7 @@
-//! The `chute` command: `demo`, `bench`, `tokens`, `index`, `inspect`, `verify`, `cat`.
+//! The `chute` command: `demo`, `bench`, `tokens`, `convert`, `index`, `inspect`, `verify`, `cat`.
 
 mod bench;
+mod convert;
 mod dataset;
 mod demo;
 mod index;
@@ -26,6 +27,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a token file (flat little-endian uint16/uint32 ids) from text or .npy.
     Tokens(tokens::TokensArgs),
+    /// Convert CSV, JSON Lines, an ImageFolder-style folder or .npy arrays to WebDataset,
+    /// TFRecord or Parquet shards, in parallel.
+    Convert(convert::ConvertArgs),
     /// Write each shard's index file (tar, TFRecord) and the dataset's manifest.json, so the
     /// loader can shuffle globally and split ranks exactly without scanning.
     Index(index::IndexArgs),
@@ -44,6 +48,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Tokens(a) => tokens::run(a),
+        Command::Convert(a) => convert::run(a),
         Command::Index(a) => index::run(a),
         Command::Inspect(a) => inspect::inspect(a),
         Command::Verify(a) => inspect::verify(a),

@@ -555,7 +555,8 @@ impl ParquetSource {
 /// Writes samples to a Parquet file: numeric scalars become numeric columns, fixed-shape 1-D
 /// arrays fixed-size lists, bytes binary and text string columns. The schema is taken from
 /// the first sample; a row group is written every `row_group_rows` samples. The file is
-/// written under `<path>.tmp` and renamed by [`ParquetWriter::finish`].
+/// written under `<path>.tmp` and renamed by [`ParquetWriter::finish`]; dropping the writer
+/// without finishing (or a failed `finish`) deletes the temporary file.
 pub struct ParquetWriter {
     path: PathBuf,
     tmp: PathBuf,
@@ -565,6 +566,8 @@ pub struct ParquetWriter {
     written: u64,
     writer: Option<ArrowWriter<File>>,
     schema: Option<Arc<Schema>>,
+    /// Set once the file is in place; until then dropping the writer deletes the `.tmp`.
+    finished: bool,
 }
 
 impl std::fmt::Debug for ParquetWriter {
@@ -591,6 +594,7 @@ impl ParquetWriter {
             written: 0,
             writer: None,
             schema: None,
+            finished: false,
         })
     }
 
@@ -742,8 +746,12 @@ impl ParquetWriter {
         self.flush()?;
         match self.writer.take() {
             Some(w) => {
-                w.close()
+                let file = w
+                    .into_inner()
                     .map_err(|e| Error::io(self.origin(), std::io::Error::other(e)))?;
+                // As the other writers do: data on disk before the name says complete.
+                file.sync_all()
+                    .map_err(|e| Error::io(self.tmp.display().to_string(), e))?;
             }
             None => {
                 return Err(ConfigError::new(
@@ -754,7 +762,18 @@ impl ParquetWriter {
             }
         }
         std::fs::rename(&self.tmp, &self.path).map_err(|e| Error::io(self.origin(), e))?;
+        self.finished = true;
         Ok(self.written)
+    }
+}
+
+impl Drop for ParquetWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Not finished (dropped, or `finish` failed): the partial file must not stay.
+            drop(self.writer.take());
+            let _ = std::fs::remove_file(&self.tmp);
+        }
     }
 }
 

@@ -44,3 +44,4 @@ mod workers;
 
 pub use loader::{Loader, LoaderBuilder, LoaderOptions, Poll};
 pub use stats::{StageStats, StatsSnapshot};
+pub use workers::for_each_parallel;

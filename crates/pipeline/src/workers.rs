@@ -398,3 +398,52 @@ fn worker(shared: &Shared) {
         shared.ready.notify_one();
     }
 }
+
+/// Runs `job(0)`, `job(1)`, ..., `job(jobs - 1)` on up to `threads` threads (on the calling
+/// thread when `threads <= 1`), each thread claiming the next job number, and waits for all of
+/// them. For tools that produce independent outputs in parallel, such as `chute convert`
+/// writing one shard per job. After the first failure no further job is started; the error
+/// returned is that of the lowest-numbered failed job. A panic in a job is re-raised here once
+/// the other threads have stopped.
+pub fn for_each_parallel<E: Send>(
+    jobs: usize,
+    threads: usize,
+    job: impl Fn(usize) -> Result<(), E> + Sync,
+) -> Result<(), E> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let errors: Mutex<Vec<(usize, E)>> = Mutex::new(Vec::new());
+    let run = || {
+        while !failed.load(Ordering::Relaxed) {
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            if n >= jobs {
+                break;
+            }
+            if let Err(e) = job(n) {
+                failed.store(true, Ordering::Relaxed);
+                errors
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push((n, e));
+            }
+        }
+    };
+    let threads = threads.clamp(1, jobs.max(1));
+    if threads == 1 {
+        run();
+    } else {
+        #[allow(clippy::disallowed_methods)] // this module is the one that spawns
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(run);
+            }
+        });
+    }
+    let errors = errors
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match errors.into_iter().min_by_key(|(n, _)| *n) {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}

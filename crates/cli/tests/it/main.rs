@@ -1,5 +1,7 @@
 //! The `chute` command, run as a user would (one test binary).
 
+mod convert;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -422,3 +422,32 @@ fn pin_memory_without_cuda_falls_back_and_says_why() {
     }
     assert_eq!(loader.next().unwrap().unwrap().len(), 4);
 }
+
+#[test]
+fn for_each_parallel_runs_every_job_once_and_reports_the_first_failure() {
+    for threads in [0, 1, 3, 8] {
+        let counts: Vec<AtomicUsize> = (0..50).map(|_| AtomicUsize::new(0)).collect();
+        chute_pipeline::for_each_parallel(50, threads, |n| {
+            counts[n].fetch_add(1, Ordering::Relaxed);
+            Ok::<(), String>(())
+        })
+        .unwrap();
+        assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+        // Jobs 7 and 9 fail: jobs are claimed in order and a claimed job always runs, so
+        // job 7's failure is the one returned, whichever failed first; later jobs stop.
+        let ran = AtomicUsize::new(0);
+        let err = chute_pipeline::for_each_parallel(10_000, threads, |n| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            if n == 7 || n == 9 { Err(n) } else { Ok(()) }
+        })
+        .unwrap_err();
+        assert_eq!(err, 7);
+        if threads <= 1 {
+            assert_eq!(ran.load(Ordering::Relaxed), 8);
+        }
+        assert!(
+            ran.load(Ordering::Relaxed) < 10_000,
+            "no new job after a failure"
+        );
+    }
+}
