@@ -14,6 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow_array::cast::AsArray;
@@ -145,14 +146,23 @@ struct FileMeta {
     path: PathBuf,
     data: Bytes,
     meta: ArrowReaderMetadata,
-    mask: ProjectionMask,
-    /// Where each requested column lands in a decoded batch (the reader returns projected
-    /// columns in file order, not in the order asked for).
-    order: Vec<usize>,
+    /// Each requested column's projection (its top-level field: a list's leaves come with it).
+    masks: Vec<ProjectionMask>,
 }
 
-/// One decoded row group, shared by the workers that read from it.
-type Slot = Arc<OnceLock<Result<RecordBatch, String>>>;
+/// One decoded column of a row group, shared by the workers that read from it. Whoever
+/// claims it first decodes it; the others decode other columns meanwhile, then wait.
+#[derive(Default)]
+struct ColumnSlot {
+    claimed: AtomicBool,
+    value: OnceLock<Result<ArrayRef, String>>,
+}
+
+/// A row group's projected columns, in the requested order.
+type Group = Arc<[ColumnSlot]>;
+
+/// A decoded row group: its projected columns, in the requested order.
+type Columns = Vec<ArrayRef>;
 
 /// Parquet files as a [`Source`], one shard per row group.
 pub struct ParquetSource {
@@ -163,10 +173,12 @@ pub struct ParquetSource {
     offsets: Vec<u64>,
     /// (row group, first row) of each shard.
     chunks: Vec<(usize, u64)>,
+    /// Global id of each row group's first row, then the total.
+    group_starts: Vec<u64>,
     manifest: Manifest,
     names: Vec<String>,
     kinds: Vec<Kind>,
-    cache: Mutex<(HashMap<usize, Slot>, VecDeque<usize>)>,
+    cache: Mutex<(HashMap<usize, Group>, VecDeque<usize>)>,
     cache_groups: usize,
 }
 
@@ -244,11 +256,9 @@ impl ParquetSource {
                 )
                 .into());
             }
-            // Roots: a projected column is a top-level field (a list's leaves come with it).
-            let mask = ProjectionMask::roots(meta.parquet_schema(), indices.iter().copied());
-            let order = indices
+            let masks = indices
                 .iter()
-                .map(|i| indices.iter().filter(|j| *j < i).count())
+                .map(|&i| ProjectionMask::roots(meta.parquet_schema(), [i]))
                 .collect();
             for (gi, rg) in meta.metadata().row_groups().iter().enumerate() {
                 let rows = rg.num_rows().max(0) as u64;
@@ -278,19 +288,25 @@ impl ParquetSource {
                 path: path.to_path_buf(),
                 data,
                 meta,
-                mask,
-                order,
+                masks,
             });
         }
         let avg = (total_uncompressed.max(1) as usize) / groups.len().max(1);
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
         let cache_groups = (cache_bytes / avg.max(1)).max(8);
         let manifest = Manifest::new("parquet", shards).with_param("columns", names.join(","));
+        let group_starts = std::iter::once(0)
+            .chain(groups.iter().scan(0, |acc, &(_, _, rows)| {
+                *acc += rows;
+                Some(*acc)
+            }))
+            .collect();
         Ok(ParquetSource {
             files,
             groups,
             offsets,
             chunks,
+            group_starts,
             manifest,
             names,
             kinds,
@@ -304,13 +320,21 @@ impl ParquetSource {
         &self.names
     }
 
-    /// Decoded row group `g` (from the cache, or decoded now by this thread while others that
-    /// need it wait for it).
-    fn group(&self, g: usize) -> Result<RecordBatch, Error> {
-        let slot = {
+    /// Decoded row group `g`: its columns from the cache, or decoded now. Columns are the
+    /// unit of decoding, so workers that need the same row group decode its columns in
+    /// parallel rather than wait for one of them to decode it all.
+    fn group(&self, g: usize) -> Result<Columns, Error> {
+        let slots = {
             let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             let (map, order) = &mut *guard;
-            let slot = map.entry(g).or_default().clone();
+            let slots = map
+                .entry(g)
+                .or_insert_with(|| {
+                    (0..self.names.len())
+                        .map(|_| ColumnSlot::default())
+                        .collect()
+                })
+                .clone();
             if let Some(pos) = order.iter().position(|&s| s == g) {
                 order.remove(pos);
             }
@@ -320,73 +344,76 @@ impl ParquetSource {
                     map.remove(&old);
                 }
             }
-            slot
+            slots
         };
-        slot.get_or_init(|| self.decode(g))
-            .clone()
+        for (c, slot) in slots.iter().enumerate() {
+            if !slot.claimed.swap(true, Ordering::AcqRel) {
+                // The claim is ours alone, so this `set` cannot find the slot already set.
+                let _ = slot.value.set(self.decode(g, c));
+            }
+        }
+        slots
+            .iter()
+            .map(|slot| slot.value.wait().clone())
+            .collect::<Result<Columns, String>>()
             .map_err(|reason| {
                 let path = self.files[self.groups[g].0].path.display().to_string();
                 Error::corrupt(path, self.offsets[g], reason)
             })
     }
 
-    fn decode(&self, g: usize) -> Result<RecordBatch, String> {
+    /// Decodes column `c` of row group `g`; never panics (a corrupt page can make the
+    /// decoder panic: that is a bad file, not a crash).
+    fn decode(&self, g: usize, c: usize) -> Result<ArrayRef, String> {
         let (fi, gi, _) = self.groups[g];
-        // A corrupt page can make the decoder panic; that is a bad file, not a crash.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_inner(g)))
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_inner(g, c)))
             .unwrap_or_else(|_| {
                 Err(format!(
-                    "row group {gi}: the decoder failed on corrupt data"
+                    "row group {gi}, column {:?}: the decoder failed on corrupt data",
+                    self.names[c]
                 ))
             })
             .map_err(|e| format!("{} {e}", self.files[fi].path.display()))
     }
 
-    fn decode_inner(&self, g: usize) -> Result<RecordBatch, String> {
+    fn decode_inner(&self, g: usize, c: usize) -> Result<ArrayRef, String> {
         let (fi, gi, rows) = self.groups[g];
         let rows = rows as usize;
         let f = &self.files[fi];
+        let name = &self.names[c];
         let reader =
             ParquetRecordBatchReaderBuilder::new_with_metadata(f.data.clone(), f.meta.clone())
                 .with_row_groups(vec![gi])
-                .with_projection(f.mask.clone())
+                .with_projection(f.masks[c].clone())
                 .with_batch_size(rows.max(1))
                 .build()
-                .map_err(|e| format!("row group {gi}: {e}"))?;
+                .map_err(|e| format!("row group {gi}, column {name:?}: {e}"))?;
         let mut batches = Vec::new();
         for b in reader {
-            batches.push(b.map_err(|e| format!("row group {gi}: {e}"))?);
+            batches.push(b.map_err(|e| format!("row group {gi}, column {name:?}: {e}"))?);
         }
         // The batch size is the row group's row count, so the reader yields one batch.
         let batch = match batches.len() {
             1 => batches.pop().expect("one batch"),
             n => {
                 return Err(format!(
-                    "row group {gi} decoded into {n} batches where one was expected"
+                    "row group {gi}, column {name:?} decoded into {n} batches where one was \
+                     expected"
                 ));
             }
         };
-        // Requested order, and arrays whose lengths and offsets the gathers can trust.
-        let columns: Vec<ArrayRef> = f.order.iter().map(|&i| batch.column(i).clone()).collect();
-        for (c, col) in columns.iter().enumerate() {
-            if col.len() != rows {
-                return Err(format!(
-                    "row group {gi}: column {:?} has {} values for {rows} rows",
-                    self.names[c],
-                    col.len()
-                ));
-            }
-            col.to_data().validate_full().map_err(|e| {
-                format!("row group {gi}: column {:?} is corrupt: {e}", self.names[c])
-            })?;
+        // An array whose length and offsets the gathers can trust.
+        let col = batch.column(0).clone();
+        if batch.num_columns() != 1 || col.len() != rows {
+            return Err(format!(
+                "row group {gi}: column {name:?} has {} values for {rows} rows",
+                col.len()
+            ));
         }
-        let fields: Vec<ArrowField> = f
-            .order
-            .iter()
-            .map(|&i| batch.schema().field(i).clone())
-            .collect();
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-            .map_err(|e| format!("row group {gi}: {e}"))
+        col.to_data()
+            .validate_full()
+            .map_err(|e| format!("row group {gi}: column {name:?} is corrupt: {e}"))?;
+        Ok(col)
     }
 
     fn null_error(&self, g: usize, row: usize, col: usize) -> Error {
@@ -420,7 +447,7 @@ impl Source for ParquetSource {
         let rg = self.group(shard)?;
         let mut sample = Sample::new(id);
         for (c, (name, kind)) in self.names.iter().zip(&self.kinds).enumerate() {
-            let col = rg.column(c);
+            let col = &rg[c];
             if col.is_null(row) {
                 return Err(self.null_error(shard, row, c));
             }
@@ -469,33 +496,37 @@ impl Source for ParquetSource {
 impl ParquetSource {
     /// The columnar fast path: rows gathered from cached Arrow arrays into batch buffers.
     fn gather(&self, ids: &[u64], pool: &BufferPool) -> Result<Vec<(String, Column)>, Error> {
-        // Locate every row once; consecutive rows mostly share a row group.
+        // Locate every row once, by row group (not by shard: a batch's rows mostly share a
+        // row group, and there are few of them), as (place in `groups`, row in the group).
         let mut rows = Vec::with_capacity(ids.len());
-        let mut groups: Vec<(usize, RecordBatch)> = Vec::new();
-        let mut index: HashMap<usize, usize> = HashMap::new();
-        let mut last = usize::MAX;
+        let mut groups: Vec<(usize, Columns)> = Vec::new();
+        let total = self.group_starts.last().copied().unwrap_or(0);
+        // The row group last used: its place in `groups` and its span of ids.
+        let mut last = (usize::MAX, 0u64, 0u64);
         for &id in ids {
-            let (shard, row) = self.locate(id)?;
-            if last == usize::MAX || groups[last].0 != shard {
-                last = match index.get(&shard) {
-                    Some(&i) => i,
+            if !(last.1..last.2).contains(&id) {
+                if id >= total {
+                    self.manifest.locate_checked(id)?;
+                }
+                let g = self.group_starts.partition_point(|&s| s <= id) - 1;
+                let place = match groups.iter().position(|(h, _)| *h == g) {
+                    Some(i) => i,
                     None => {
-                        groups.push((shard, self.group(shard)?));
-                        index.insert(shard, groups.len() - 1);
+                        groups.push((g, self.group(g)?));
                         groups.len() - 1
                     }
                 };
+                last = (place, self.group_starts[g], self.group_starts[g + 1]);
             }
-            rows.push((last, row));
+            rows.push((last.0, (id - last.1) as usize));
         }
         let n = ids.len();
         let mut out = Vec::with_capacity(self.names.len());
         for (c, (name, kind)) in self.names.iter().zip(&self.kinds).enumerate() {
             for (gi, (shard, rg)) in groups.iter().enumerate() {
-                if rg.column(c).null_count() > 0
-                    && let Some(&(_, row)) = rows
-                        .iter()
-                        .find(|&&(g, row)| g == gi && rg.column(c).is_null(row))
+                if rg[c].null_count() > 0
+                    && let Some(&(_, row)) =
+                        rows.iter().find(|&&(g, row)| g == gi && rg[c].is_null(row))
                 {
                     return Err(self.null_error(*shard, row, c));
                 }
@@ -504,28 +535,36 @@ impl ParquetSource {
                 Kind::Scalar(d) | Kind::List(d, _) => {
                     let k = if let Kind::List(_, k) = *kind { k } else { 1 };
                     let w = d.size() * k;
-                    // Each group's values as bytes, with the element offset of its row 0.
-                    let raws: Vec<(&[u8], usize)> = groups
+                    // Each group's values as bytes, from its row 0.
+                    let raws: Vec<&[u8]> = groups
                         .iter()
                         .map(|(_, rg)| {
-                            let col = rg.column(c);
+                            let col = &rg[c];
                             match kind {
                                 Kind::List(..) => {
                                     let list = col.as_fixed_size_list();
                                     let raw = primitive_bytes(list.values().as_ref())
                                         .expect("numeric list");
-                                    (raw, list.value_offset_at(0) * d.size())
+                                    &raw[list.value_offset_at(0) * d.size()..]
                                 }
-                                _ => (primitive_bytes(col.as_ref()).expect("numeric"), 0),
+                                _ => primitive_bytes(col.as_ref()).expect("numeric"),
                             }
                         })
                         .collect();
                     let mut buf = pool.take(n * w);
                     let dst = buf.as_mut_slice();
-                    for (out, &(gi, row)) in dst.chunks_exact_mut(w).zip(&rows) {
-                        let (raw, base) = raws[gi];
-                        let start = base + row * w;
-                        out.copy_from_slice(&raw[start..start + w]);
+                    // Fixed widths copy with one move each instead of a `memcpy` call.
+                    match w {
+                        1 => gather_fixed::<1>(dst, &raws, &rows),
+                        2 => gather_fixed::<2>(dst, &raws, &rows),
+                        4 => gather_fixed::<4>(dst, &raws, &rows),
+                        8 => gather_fixed::<8>(dst, &raws, &rows),
+                        16 => gather_fixed::<16>(dst, &raws, &rows),
+                        _ => {
+                            for (out, &(gi, row)) in dst.chunks_exact_mut(w).zip(&rows) {
+                                out.copy_from_slice(&raws[gi][row * w..(row + 1) * w]);
+                            }
+                        }
                     }
                     let shape = match kind {
                         Kind::List(..) => vec![n, k],
@@ -535,7 +574,7 @@ impl ParquetSource {
                 }
                 Kind::Binary | Kind::Text => {
                     let value = |gi: usize, row: usize| -> &[u8] {
-                        let col = groups[gi].1.column(c);
+                        let col = &groups[gi].1[c];
                         if *kind == Kind::Text {
                             col.as_string::<i32>().value(row).as_bytes()
                         } else {
@@ -549,6 +588,26 @@ impl ParquetSource {
             out.push((name.clone(), column));
         }
         Ok(out)
+    }
+}
+
+/// Copies the `W`-byte value of each `(group, row)` of `rows` into consecutive slots of `dst`;
+/// `raws` holds each group's values from its row 0.
+fn gather_fixed<const W: usize>(dst: &mut [u8], raws: &[&[u8]], rows: &[(usize, usize)]) {
+    let value = |raw: &[u8], row: usize| -> [u8; W] {
+        raw[row * W..(row + 1) * W]
+            .try_into()
+            .expect("a slice of W bytes")
+    };
+    if let [raw] = raws {
+        // The common case: the whole batch from one row group.
+        for (out, &(_, row)) in dst.chunks_exact_mut(W).zip(rows) {
+            out.copy_from_slice(&value(raw, row));
+        }
+    } else {
+        for (out, &(gi, row)) in dst.chunks_exact_mut(W).zip(rows) {
+            out.copy_from_slice(&value(raws[gi], row));
+        }
     }
 }
 

@@ -67,14 +67,14 @@ impl Job {
         let mut samples: Vec<Sample> = Vec::with_capacity((hi - lo) as usize);
 
         let t0 = Instant::now();
-        for i in lo..hi {
-            let id = self.plan.get(i);
-            self.check_cancel(id)?;
-            let sample = match self.read(id) {
+        self.plan.extend_ids(lo..hi, &mut ids);
+        for (i, id) in (lo..hi).zip(ids.iter_mut()) {
+            self.check_cancel(*id)?;
+            let sample = match self.read(*id) {
                 Ok(s) => s,
                 Err(e) => self.replace(i, e, false)?,
             };
-            ids.push(sample.index);
+            *id = sample.index;
             samples.push(sample);
         }
         let t1 = Instant::now();
@@ -107,7 +107,8 @@ impl Job {
     /// here are batch-level (`on_error` applies to single samples on the sample path).
     fn build_columnar(&self, lo: u64, hi: u64) -> Option<Result<Batch, Error>> {
         let t0 = Instant::now();
-        let ids: Vec<u64> = (lo..hi).map(|i| self.plan.get(i)).collect();
+        let mut ids = Vec::new();
+        self.plan.extend_ids(lo..hi, &mut ids);
         let columns = match catch_unwind(AssertUnwindSafe(|| self.source.collate(&ids, &self.pool)))
         {
             Ok(None) => return None,
