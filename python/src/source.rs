@@ -4,12 +4,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use chute::formats::IndexMode;
 use chute::formats::example::ExampleOptions;
 use chute::formats::parquet::{ParquetOptions, ParquetSource};
-use chute::formats::tfrecord::{IndexMode as TfrIndex, TfRecordOptions, TfRecordSource};
-use chute::formats::webdataset::{
-    IndexMode as WdsIndex, WebDatasetOptions, WebDatasetSource, expand_braces,
-};
+use chute::formats::tfrecord::{TfRecordOptions, TfRecordSource};
+use chute::formats::webdataset::{WebDatasetOptions, WebDatasetSource, expand_braces};
 use chute::{DType, TokenOptions, TokenSource};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -85,11 +84,11 @@ fn paths(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
 }
 
 /// `index="auto" | "require" | "scan"`.
-fn index_mode(index: &str) -> PyResult<(WdsIndex, TfrIndex)> {
+fn index_mode(index: &str) -> PyResult<IndexMode> {
     Ok(match index {
-        "auto" => (WdsIndex::Auto, TfrIndex::Auto),
-        "require" => (WdsIndex::Require, TfrIndex::Require),
-        "scan" => (WdsIndex::Scan, TfrIndex::Scan),
+        "auto" => IndexMode::Auto,
+        "require" => IndexMode::Require,
+        "scan" => IndexMode::Scan,
         other => {
             return Err(errors::from_config(chute::ConfigError::new(
                 "index",
@@ -108,7 +107,7 @@ fn index_mode(index: &str) -> PyResult<(WdsIndex, TfrIndex)> {
 pub(crate) fn webdataset(py: Python<'_>, urls: &Bound<'_, PyAny>, index: &str) -> PyResult<Source> {
     let files = paths(urls)?;
     let options = WebDatasetOptions {
-        index: index_mode(index)?.0,
+        index: index_mode(index)?,
         ..Default::default()
     };
     let source = py
@@ -142,7 +141,7 @@ pub(crate) fn tfrecord(
             features,
             ..Default::default()
         }),
-        index: index_mode(index)?.1,
+        index: index_mode(index)?,
         ..Default::default()
     };
     let source = py

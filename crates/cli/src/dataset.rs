@@ -11,7 +11,7 @@ use chute::formats::example::ExampleOptions;
 use chute::formats::parquet::{ParquetOptions, ParquetSource};
 use chute::formats::tfrecord::{TfRecordOptions, TfRecordSource};
 use chute::formats::webdataset::{self, WebDatasetOptions, WebDatasetSource, expand_braces};
-use chute::formats::{TokenOptions, TokenSource, tfrecord};
+use chute::formats::{IndexMode, TokenOptions, TokenSource, tfrecord};
 use clap::{Args, ValueEnum};
 
 /// Formats chute reads.
@@ -223,7 +223,7 @@ impl DatasetArgs {
             }
             Format::Webdataset => {
                 let opts = WebDatasetOptions {
-                    index: self.wds_index(),
+                    index: self.index_mode(),
                     ..Default::default()
                 };
                 Arc::new(WebDatasetSource::open(paths, opts).with_context(ctx)?)
@@ -236,7 +236,7 @@ impl DatasetArgs {
                 let opts = TfRecordOptions {
                     verify_checksums: !self.no_verify,
                     example,
-                    index: self.tfr_index(),
+                    index: self.index_mode(),
                     ..Default::default()
                 };
                 Arc::new(TfRecordSource::open(paths, opts).with_context(ctx)?)
@@ -252,19 +252,11 @@ impl DatasetArgs {
         })
     }
 
-    fn wds_index(&self) -> webdataset::IndexMode {
+    fn index_mode(&self) -> IndexMode {
         match self.index {
-            IndexArg::Auto => webdataset::IndexMode::Auto,
-            IndexArg::Require => webdataset::IndexMode::Require,
-            IndexArg::Scan => webdataset::IndexMode::Scan,
-        }
-    }
-
-    fn tfr_index(&self) -> tfrecord::IndexMode {
-        match self.index {
-            IndexArg::Auto => tfrecord::IndexMode::Auto,
-            IndexArg::Require => tfrecord::IndexMode::Require,
-            IndexArg::Scan => tfrecord::IndexMode::Scan,
+            IndexArg::Auto => IndexMode::Auto,
+            IndexArg::Require => IndexMode::Require,
+            IndexArg::Scan => IndexMode::Scan,
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use chute::formats::{tfrecord, webdataset};
+use chute::formats::{IndexMode, tfrecord, webdataset};
 use clap::{Args, Parser};
 
 use crate::dataset::{DatasetArgs, Format, IndexArg};
@@ -57,7 +57,7 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
                         let s = webdataset::WebDatasetSource::open(
                             std::slice::from_ref(path),
                             webdataset::WebDatasetOptions {
-                                index: webdataset::IndexMode::Scan,
+                                index: IndexMode::Scan,
                                 ..Default::default()
                             },
                         )?;
@@ -67,7 +67,7 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
                         let s = tfrecord::TfRecordSource::open(
                             std::slice::from_ref(path),
                             tfrecord::TfRecordOptions {
-                                index: tfrecord::IndexMode::Scan,
+                                index: IndexMode::Scan,
                                 example: None,
                                 ..Default::default()
                             },

@@ -55,6 +55,20 @@ mod tokens;
 pub mod webdataset;
 
 pub use ids::{parse_token_text, token_ids_from_npy};
+
+/// Where an indexed source (WebDataset tar shards, TFRecord files) gets each shard's sample
+/// offsets: the `<shard>.idx` files `chute index` writes, or a scan of the shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexMode {
+    /// Read `<shard>.idx` when it exists, scan the shard otherwise. The default.
+    #[default]
+    Auto,
+    /// Read `<shard>.idx`; a missing index is an error (for datasets too large to scan at
+    /// start-up).
+    Require,
+    /// Always scan, ignoring index files (for shards whose indexes may be stale).
+    Scan,
+}
 pub use npy::{NpyHeader, npy_descr, read_npy, write_npy};
 pub use tfrecord::{TfRecordOptions, TfRecordSource};
 pub use tokens::{TOKENS_FIELD, TokenOptions, TokenSource, TokenWriter};

@@ -1028,17 +1028,7 @@ fn looks_gzip(head: &[u8]) -> bool {
 // ---------------------------------------------------------------------------------------------
 // The source.
 
-/// Where [`TfRecordSource`] finds record offsets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IndexMode {
-    /// Read `<shard>.idx` ([`index_path`]) when it exists, else scan the file. The default.
-    #[default]
-    Auto,
-    /// Every shard must have its index file.
-    Require,
-    /// Ignore index files and scan every shard's headers.
-    Scan,
-}
+pub use crate::IndexMode;
 
 /// How [`TfRecordSource`] reads.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -663,18 +663,7 @@ pub fn read_sample(
     build(&mut grouper.done, shard, 0, uri)
 }
 
-/// Where a [`WebDatasetSource`] gets each shard's index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IndexMode {
-    /// Read `<shard>.idx` when it exists, scan the shard otherwise. The default.
-    #[default]
-    Auto,
-    /// Read `<shard>.idx`; a missing index is an error (for datasets too large to scan at
-    /// start-up).
-    Require,
-    /// Always scan, ignoring index files (for shards whose indexes may be stale).
-    Scan,
-}
+pub use crate::IndexMode;
 
 /// How a [`WebDatasetSource`] opens shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
