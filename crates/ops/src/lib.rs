@@ -22,6 +22,10 @@
 //! t.apply(&mut s, &mut SampleRng::for_sample(1, 0, 0)).unwrap();
 //! ```
 
+pub mod image;
+mod jpeg;
+pub mod spec;
 mod transform;
 
+pub use spec::{FieldOps, Op, Pipeline};
 pub use transform::{Cast, Compose, Rename, Select, Transform};

@@ -1,0 +1,498 @@
+//! Images as `u8` `[H, W, C]` pixels: decoding JPEG and PNG, and the geometric ops with
+//! torchvision's semantics (resize of the shorter side, center crop, `RandomResizedCrop`'s
+//! parameters, horizontal flip).
+//!
+//! Resizing is antialiased bilinear (a triangle filter widened by the scale factor when
+//! shrinking, as PIL and torchvision with `antialias=True` do), through `fast_image_resize`.
+
+use std::cell::RefCell;
+
+use chute_core::SampleRng;
+use fast_image_resize::images::{Image as FirImage, ImageRef};
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+
+/// Decoded pixels: `height` rows of `width` pixels of `channels` bytes each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// Rows.
+    pub height: usize,
+    /// Pixels per row.
+    pub width: usize,
+    /// Bytes per pixel: 1 (gray) or 3 (RGB).
+    pub channels: usize,
+    /// `height * width * channels` bytes, row-major, channels interleaved.
+    pub data: Vec<u8>,
+}
+
+/// The colour layout decoding produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColorMode {
+    /// Three channels, red green blue (PIL's `convert("RGB")`). The default.
+    #[default]
+    Rgb,
+    /// One channel of luma (PIL's `convert("L")`).
+    Gray,
+}
+
+impl ColorMode {
+    /// Bytes per pixel.
+    pub fn channels(self) -> usize {
+        match self {
+            ColorMode::Rgb => 3,
+            ColorMode::Gray => 1,
+        }
+    }
+}
+
+/// A rectangle of pixels: top row, left column, height, width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rect {
+    /// First row.
+    pub top: usize,
+    /// First column.
+    pub left: usize,
+    /// Rows.
+    pub height: usize,
+    /// Columns.
+    pub width: usize,
+}
+
+/// The image format of encoded bytes, from their signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFormat {
+    /// JPEG (`FF D8 FF`).
+    Jpeg,
+    /// PNG (`89 50 4E 47 0D 0A 1A 0A`).
+    Png,
+}
+
+/// The format of `data` from its first bytes, if it is one chute decodes.
+pub fn sniff(data: &[u8]) -> Option<ImageFormat> {
+    if data.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        Some(ImageFormat::Jpeg)
+    } else if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some(ImageFormat::Png)
+    } else {
+        None
+    }
+}
+
+fn describe_start(data: &[u8]) -> String {
+    let head: Vec<String> = data.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{} bytes starting {}",
+        data.len(),
+        if head.is_empty() {
+            "with nothing".to_string()
+        } else {
+            head.join(" ")
+        }
+    )
+}
+
+/// `(height, width)` of an encoded image, from its header alone.
+pub fn image_size(data: &[u8]) -> Result<(usize, usize), String> {
+    match sniff(data) {
+        Some(ImageFormat::Jpeg) => crate::jpeg::size(data),
+        Some(ImageFormat::Png) => {
+            let decoder = png::Decoder::new(std::io::Cursor::new(data));
+            let reader = decoder
+                .read_info()
+                .map_err(|e| format!("not a readable PNG: {e}"))?;
+            let info = reader.info();
+            Ok((info.height as usize, info.width as usize))
+        }
+        None => Err(format!(
+            "not a JPEG or PNG image ({})",
+            describe_start(data)
+        )),
+    }
+}
+
+/// Decodes a JPEG or PNG image to `mode`'s channels.
+///
+/// `min_size` is the smallest `(height, width)` the caller needs: a JPEG decoder may then
+/// decode at 1/2, 1/4 or 1/8 of the size (DCT scaling) where that still covers it. `None`
+/// decodes at full size.
+pub fn decode(
+    data: &[u8],
+    mode: ColorMode,
+    min_size: Option<(usize, usize)>,
+) -> Result<Image, String> {
+    match sniff(data) {
+        Some(ImageFormat::Jpeg) => crate::jpeg::decode(data, mode, min_size),
+        Some(ImageFormat::Png) => decode_png(data, mode),
+        None => Err(format!(
+            "not a JPEG or PNG image ({})",
+            describe_start(data)
+        )),
+    }
+}
+
+fn decode_png(data: &[u8], mode: ColorMode) -> Result<Image, String> {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(data));
+    // 8 bits per channel, palettes expanded: what PIL's convert gives.
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder
+        .read_info()
+        .map_err(|e| format!("not a readable PNG: {e}"))?;
+    let size = reader
+        .output_buffer_size()
+        .ok_or("the PNG's dimensions overflow memory")?;
+    let mut buf = vec![0u8; size];
+    let frame = reader
+        .next_frame(&mut buf)
+        .map_err(|e| format!("corrupt or truncated PNG: {e}"))?;
+    buf.truncate(frame.buffer_size());
+    let (h, w) = (frame.height as usize, frame.width as usize);
+    let src_channels = frame.color_type.samples();
+    let pixels = buf.chunks_exact(src_channels);
+    let data: Vec<u8> = match (mode, frame.color_type) {
+        (ColorMode::Rgb, png::ColorType::Rgb) | (ColorMode::Gray, png::ColorType::Grayscale) => buf,
+        (ColorMode::Rgb, png::ColorType::Grayscale | png::ColorType::GrayscaleAlpha) => {
+            pixels.flat_map(|p| [p[0]; 3]).collect()
+        }
+        (ColorMode::Rgb, _) => pixels.flat_map(|p| [p[0], p[1], p[2]]).collect(),
+        (ColorMode::Gray, png::ColorType::GrayscaleAlpha) => pixels.map(|p| p[0]).collect(),
+        // ITU-R 601-2 luma, as PIL's convert("L"): L = R*299/1000 + G*587/1000 + B*114/1000.
+        (ColorMode::Gray, _) => pixels
+            .map(|p| {
+                let l = u32::from(p[0]) * 19595 + u32::from(p[1]) * 38470 + u32::from(p[2]) * 7471;
+                ((l + 0x8000) >> 16) as u8
+            })
+            .collect(),
+    };
+    Ok(Image {
+        height: h,
+        width: w,
+        channels: mode.channels(),
+        data,
+    })
+}
+
+impl Image {
+    /// An image of zeros.
+    pub fn zeros(height: usize, width: usize, channels: usize) -> Image {
+        Image {
+            height,
+            width,
+            channels,
+            data: vec![0; height * width * channels],
+        }
+    }
+
+    /// `rect` of this image; parts of `rect` outside the image are zero (as torchvision's
+    /// `center_crop` pads). `rect.top`/`left` are relative to the image and may be negative
+    /// through `offset` (rows, columns) for padding on the top and left.
+    pub fn crop(&self, rect: Rect) -> Image {
+        if rect.top + rect.height <= self.height && rect.left + rect.width <= self.width {
+            let c = self.channels;
+            let mut data = Vec::with_capacity(rect.height * rect.width * c);
+            for y in rect.top..rect.top + rect.height {
+                let row = (y * self.width + rect.left) * c;
+                data.extend_from_slice(&self.data[row..row + rect.width * c]);
+            }
+            return Image {
+                height: rect.height,
+                width: rect.width,
+                channels: c,
+                data,
+            };
+        }
+        self.padded_crop(
+            rect.top as isize,
+            rect.left as isize,
+            rect.height,
+            rect.width,
+        )
+    }
+
+    /// A `height` x `width` window whose top-left corner is at (`top`, `left`), which may lie
+    /// outside the image; pixels outside are zero.
+    pub fn padded_crop(&self, top: isize, left: isize, height: usize, width: usize) -> Image {
+        let c = self.channels;
+        let mut out = Image::zeros(height, width, c);
+        for y in 0..height {
+            let sy = top + y as isize;
+            if sy < 0 || sy >= self.height as isize {
+                continue;
+            }
+            let x0 = left.max(0);
+            let x1 = (left + width as isize).min(self.width as isize);
+            if x0 >= x1 {
+                continue;
+            }
+            let n = (x1 - x0) as usize * c;
+            let src = (sy as usize * self.width + x0 as usize) * c;
+            let dst = (y * width + (x0 - left) as usize) * c;
+            out.data[dst..dst + n].copy_from_slice(&self.data[src..src + n]);
+        }
+        out
+    }
+
+    /// Mirrors left to right, in place.
+    pub fn flip_horizontal(&mut self) {
+        let c = self.channels;
+        for row in self.data.chunks_exact_mut(self.width * c) {
+            let (mut a, mut b) = (0, self.width.saturating_sub(1));
+            while a < b {
+                for k in 0..c {
+                    row.swap(a * c + k, b * c + k);
+                }
+                a += 1;
+                b -= 1;
+            }
+        }
+    }
+
+    /// The pixels of `crop` (the whole image if `None`) resized to `height` x `width`, with
+    /// antialiased bilinear filtering.
+    pub fn resize(&self, crop: Option<Rect>, height: usize, width: usize) -> Result<Image, String> {
+        let crop = crop.unwrap_or(Rect {
+            top: 0,
+            left: 0,
+            height: self.height,
+            width: self.width,
+        });
+        if crop.height == height
+            && crop.width == width
+            && crop.top + crop.height <= self.height
+            && crop.left + crop.width <= self.width
+        {
+            return Ok(self.crop(crop));
+        }
+        self.resize_f(
+            [
+                crop.top as f64,
+                crop.left as f64,
+                crop.height as f64,
+                crop.width as f64,
+            ],
+            height,
+            width,
+        )
+    }
+
+    /// The region `[top, left, height, width]` (in pixels, fractions allowed) resized to
+    /// `height` x `width`, with antialiased bilinear filtering.
+    pub fn resize_f(&self, crop: [f64; 4], height: usize, width: usize) -> Result<Image, String> {
+        let [top, left, ch, cw] = crop;
+        if height == 0 || width == 0 || !(ch > 0.0 && cw > 0.0) {
+            return Err(format!(
+                "cannot resize a {ch}x{cw} region to {height}x{width}"
+            ));
+        }
+        let pixel = match self.channels {
+            1 => PixelType::U8,
+            2 => PixelType::U8x2,
+            3 => PixelType::U8x3,
+            4 => PixelType::U8x4,
+            c => return Err(format!("cannot resize an image of {c} channels")),
+        };
+        let src = ImageRef::new(self.width as u32, self.height as u32, &self.data, pixel)
+            .map_err(|e| format!("resize: {e}"))?;
+        let mut dst = FirImage::new(width as u32, height as u32, pixel);
+        let options = ResizeOptions::new()
+            .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
+            .crop(left, top, cw, ch);
+        RESIZER
+            .with(|r| r.borrow_mut().resize(&src, &mut dst, &options))
+            .map_err(|e| format!("resize: {e}"))?;
+        Ok(Image {
+            height,
+            width,
+            channels: self.channels,
+            data: dst.into_vec(),
+        })
+    }
+}
+
+thread_local! {
+    /// One resizer per worker thread: it keeps its scratch buffers between images.
+    static RESIZER: RefCell<Resizer> = RefCell::new(Resizer::new());
+}
+
+/// Python's `round`: halves to even.
+fn round_half_even(x: f64) -> f64 {
+    x.round_ties_even()
+}
+
+/// torchvision's `Resize(size)` output for an `h` x `w` image: the shorter side becomes
+/// `size` and the longer keeps the aspect ratio (truncated), capped by `max_size` if given.
+pub fn resize_shorter(h: usize, w: usize, size: usize, max_size: Option<usize>) -> (usize, usize) {
+    let (short, long) = if w <= h { (w, h) } else { (h, w) };
+    let (mut new_short, mut new_long) = (size, (size as f64 * long as f64 / short as f64) as usize);
+    if let Some(max) = max_size
+        && new_long > max
+    {
+        new_short = (max as f64 * new_short as f64 / new_long as f64) as usize;
+        new_long = max;
+    }
+    let (new_short, new_long) = (new_short.max(1), new_long.max(1));
+    if w <= h {
+        (new_long, new_short)
+    } else {
+        (new_short, new_long)
+    }
+}
+
+/// torchvision's `center_crop` placement: top and left offsets (negative means padding).
+pub fn center_crop_offsets(h: usize, w: usize, ch: usize, cw: usize) -> (isize, isize) {
+    let top = round_half_even((h as f64 - ch as f64) / 2.0) as isize;
+    let left = round_half_even((w as f64 - cw as f64) / 2.0) as isize;
+    (top, left)
+}
+
+/// torchvision's `RandomResizedCrop.get_params` for an `h` x `w` image: up to 10 tries of a
+/// random area fraction in `scale` and log-uniform aspect ratio in `ratio`; then the fallback,
+/// a central crop with the aspect ratio clamped to `ratio`.
+pub fn random_resized_crop_params(
+    h: usize,
+    w: usize,
+    scale: [f64; 2],
+    ratio: [f64; 2],
+    rng: &mut SampleRng,
+) -> Rect {
+    let area = (h * w) as f64;
+    let (log_lo, log_hi) = (ratio[0].ln(), ratio[1].ln());
+    for _ in 0..10 {
+        let target_area = area * rng.uniform(scale[0], scale[1]);
+        let aspect = rng.uniform(log_lo, log_hi).exp();
+        let cw = round_half_even((target_area * aspect).sqrt()) as usize;
+        let ch = round_half_even((target_area / aspect).sqrt()) as usize;
+        if 0 < cw && cw <= w && 0 < ch && ch <= h {
+            let top = rng.below((h - ch + 1) as u64) as usize;
+            let left = rng.below((w - cw + 1) as u64) as usize;
+            return Rect {
+                top,
+                left,
+                height: ch,
+                width: cw,
+            };
+        }
+    }
+    let in_ratio = w as f64 / h as f64;
+    let (lo, hi) = (ratio[0].min(ratio[1]), ratio[0].max(ratio[1]));
+    let (ch, cw) = if in_ratio < lo {
+        (round_half_even(w as f64 / lo) as usize, w)
+    } else if in_ratio > hi {
+        (h, round_half_even(h as f64 * hi) as usize)
+    } else {
+        (h, w)
+    };
+    let (ch, cw) = (ch.clamp(1, h.max(1)), cw.clamp(1, w.max(1)));
+    Rect {
+        top: (h - ch) / 2,
+        left: (w - cw) / 2,
+        height: ch,
+        width: cw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ramp(h: usize, w: usize, c: usize) -> Image {
+        Image {
+            height: h,
+            width: w,
+            channels: c,
+            data: (0..h * w * c).map(|i| (i % 251) as u8).collect(),
+        }
+    }
+
+    #[test]
+    fn resize_shorter_matches_torchvision() {
+        // torchvision.transforms.Resize(256) on (h, w) images.
+        assert_eq!(resize_shorter(375, 500, 256, None), (256, 341));
+        assert_eq!(resize_shorter(500, 375, 256, None), (341, 256));
+        assert_eq!(resize_shorter(300, 300, 224, None), (224, 224));
+        assert_eq!(resize_shorter(100, 1000, 50, Some(200)), (20, 200));
+    }
+
+    #[test]
+    fn center_crop_pads_and_rounds_like_torchvision() {
+        assert_eq!(center_crop_offsets(256, 341, 224, 224), (16, 58));
+        assert_eq!(center_crop_offsets(255, 255, 224, 224), (16, 16)); // 15.5 -> 16
+        assert_eq!(center_crop_offsets(100, 100, 224, 224), (-62, -62));
+        let img = ramp(4, 4, 1);
+        let out = img.padded_crop(-1, -1, 6, 6);
+        assert_eq!(out.data[0], 0);
+        assert_eq!(out.data[7], img.data[0]);
+        assert_eq!(
+            img.crop(Rect {
+                top: 1,
+                left: 1,
+                height: 2,
+                width: 2
+            })
+            .data,
+            [5, 6, 9, 10]
+        );
+    }
+
+    #[test]
+    fn random_resized_crop_stays_inside_and_falls_back_to_the_center() {
+        let mut rng = SampleRng::for_sample(1, 0, 0);
+        for _ in 0..1000 {
+            let r = random_resized_crop_params(300, 500, [0.08, 1.0], [0.75, 4.0 / 3.0], &mut rng);
+            assert!(r.top + r.height <= 300 && r.left + r.width <= 500, "{r:?}");
+            assert!(r.height > 0 && r.width > 0);
+        }
+        // A scale no try can meet: the fallback clamps the aspect ratio, centred.
+        let r = random_resized_crop_params(100, 1000, [2.0, 2.0], [0.75, 4.0 / 3.0], &mut rng);
+        assert_eq!((r.height, r.width), (100, 133));
+        assert_eq!((r.top, r.left), (0, (1000 - 133) / 2));
+    }
+
+    #[test]
+    fn flip_and_resize() {
+        let mut img = ramp(2, 3, 3);
+        let orig = img.clone();
+        img.flip_horizontal();
+        assert_eq!(&img.data[0..3], &orig.data[6..9]);
+        img.flip_horizontal();
+        assert_eq!(img, orig);
+        let flat = Image {
+            height: 64,
+            width: 48,
+            channels: 3,
+            data: vec![77; 64 * 48 * 3],
+        };
+        let small = flat.resize(None, 16, 12).unwrap();
+        assert_eq!(
+            (small.height, small.width, small.data.len()),
+            (16, 12, 16 * 12 * 3)
+        );
+        assert!(
+            small.data.iter().all(|&v| v == 77),
+            "a flat image stays flat"
+        );
+        let part = flat
+            .resize(
+                Some(Rect {
+                    top: 10,
+                    left: 5,
+                    height: 20,
+                    width: 20,
+                }),
+                7,
+                7,
+            )
+            .unwrap();
+        assert_eq!(part.data.len(), 7 * 7 * 3);
+    }
+
+    #[test]
+    fn bad_bytes_are_named() {
+        let e = decode(b"GIF89a....", ColorMode::Rgb, None).unwrap_err();
+        assert!(
+            e.contains("not a JPEG or PNG") && e.contains("47 49 46"),
+            "{e}"
+        );
+        let e = decode(&[0xFF, 0xD8, 0xFF, 0xE0, 0, 16], ColorMode::Rgb, None).unwrap_err();
+        assert!(!e.is_empty());
+    }
+}
