@@ -64,10 +64,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
-use chute_core::{ConfigError, Error, Field, Manifest, Sample, ShardInfo, Source};
+use chute_core::{
+    BufferPool, Column, ConfigError, Error, Field, Manifest, Sample, ShardInfo, Source, VarColumn,
+};
 use chute_io::MappedFile;
 
-use crate::example::{ExampleOptions, decode_sample, sample_to_example};
+use crate::example::{ExampleOptions, collate_examples, decode_sample, sample_to_example};
 
 /// Bytes before a record's data: the length and its CRC.
 pub const HEADER_LEN: usize = 12;
@@ -1074,6 +1076,11 @@ impl TfRecordOptions {
 /// decodes the `tf.train.Example` ([`crate::example::example_to_sample`]); byte fields and
 /// packed float lists are zero-copy views of the map.
 ///
+/// Without per-sample transforms the loader takes the columnar path ([`Source::collate`]):
+/// a batch's records are checked and their Examples parsed straight into the batch's columns,
+/// the same columns as the sample path's, with no [`Sample`], [`Bytes`] or allocation per
+/// record.
+///
 /// A sample's key is `<file stem>/<record number in the file>` (`train-00003/17`): cheap to
 /// build, and enough to find the record again (`chute cat`). Keys repeat across files with the
 /// same name in different folders.
@@ -1247,6 +1254,14 @@ impl TfRecordSource {
 
     /// The verified data of record `pos` of `shard`, a view of the shard's bytes.
     fn record(&self, shard: &Shard, pos: usize) -> Result<(u64, Bytes), Error> {
+        let (start, data) = self.record_range(shard, pos)?;
+        Ok((start, shard.data.slice(data)))
+    }
+
+    /// Record `pos` of `shard`, checked: its frame's offset and where its data lies in the
+    /// shard's bytes.
+    #[inline]
+    fn record_range(&self, shard: &Shard, pos: usize) -> Result<(u64, Range<usize>), Error> {
         let (start, end) = (shard.offsets[pos], shard.offsets[pos + 1]);
         // Offsets were checked against the shard's length at open, so they fit in usize.
         let frame = &shard.data[start as usize..end as usize];
@@ -1275,7 +1290,46 @@ impl TfRecordSource {
             check_data(frame, start, &shard.name)?;
         }
         let data_start = start as usize + HEADER_LEN;
-        Ok((start, shard.data.slice(data_start..data_start + len)))
+        Ok((start, data_start..data_start + len))
+    }
+
+    /// The columnar fast path ([`Source::collate`]): the records of `ids`, checked as
+    /// [`Source::read`] checks them, parsed straight into batch columns
+    /// ([`crate::example::collate_examples`]), or copied into one bytes column when raw.
+    /// `None` for anything the sample path would report (an id out of range, a bad CRC, an
+    /// odd record): the engine then reads the batch record by record, which gives the same
+    /// error, or skips the record under `on_error = skip`.
+    fn collate_records(&self, ids: &[u64], pool: &BufferPool) -> Option<Vec<(String, Column)>> {
+        let places = ids
+            .iter()
+            .map(|&id| {
+                let (s, pos) = self.manifest.locate(id)?;
+                Some((&self.shards[s], pos as usize))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        // A shuffled batch's records lie all over the files, so each is a cache miss and,
+        // with small pages, a TLB miss. Taken one after the other, each miss stalls the core
+        // on its own (a third of the time of a shuffled epoch); touched a window at a time,
+        // the misses overlap, and the window's records are still in cache (and its pages in
+        // the TLB) when they are checked and parsed.
+        let mut window = 0..0;
+        let record = |i: usize| {
+            if !window.contains(&i) {
+                window = i..(i + TOUCH_WINDOW).min(places.len());
+                touch(&places[window.clone()]);
+            }
+            let (shard, pos) = places[i];
+            let (_, data) = self.record_range(shard, pos).ok()?;
+            Some(&shard.data[data])
+        };
+        match &self.options.example {
+            None => {
+                let records = (0..ids.len()).map(record).collect::<Option<Vec<_>>>()?;
+                let column = VarColumn::collect(pool, records.into_iter(), false);
+                Some(vec![(RECORD_FIELD.to_owned(), Column::Var(column))])
+            }
+            Some(ex) => collate_examples(ids.len(), record, ex, pool),
+        }
     }
 }
 
@@ -1291,7 +1345,7 @@ impl Source for TfRecordSource {
         let (shard, pos) = self.manifest.locate_checked(id)?;
         let shard = &self.shards[shard];
         let (start, data) = self.record(shard, pos as usize)?;
-        let key = format!("{}/{pos}", shard.stem);
+        let key = key_of(&shard.stem, pos);
         match &self.options.example {
             None => Ok(Sample {
                 index: id,
@@ -1301,6 +1355,62 @@ impl Source for TfRecordSource {
             Some(ex) => decode_sample(id, key, &data, ex, &shard.name, start + HEADER_LEN as u64),
         }
     }
+
+    /// The columnar path: the batch's records checked as [`Source::read`] checks them and
+    /// parsed straight into the batch's columns, with no [`Sample`] per record. It never
+    /// fails: a batch holding a record that the sample path would report (an id out of range,
+    /// a bad CRC, a missing feature, another shape) or that this path does not take gets
+    /// `None`, and the engine reads that batch record by record, so errors and
+    /// `on_error = skip` are exactly the sample path's. (A dataset with a bad record in most
+    /// batches therefore runs at the sample path's speed.)
+    fn collate(
+        &self,
+        ids: &[u64],
+        pool: &BufferPool,
+    ) -> Option<Result<Vec<(String, Column)>, Error>> {
+        self.collate_records(ids, pool).map(Ok)
+    }
+}
+
+/// How many records [`TfRecordSource`]'s columnar path touches ahead of checking them.
+const TOUCH_WINDOW: usize = 128;
+/// How much of each record's frame it touches (and the last byte, its CRC).
+const TOUCH_BYTES: usize = 256;
+
+/// Loads the first bytes and the last of each record's frame. The loads do not depend on each
+/// other, so the core has many in flight at once.
+fn touch(places: &[(&Shard, usize)]) {
+    let mut touched = 0u8;
+    for &(shard, pos) in places {
+        let (start, end) = (shard.offsets[pos], shard.offsets[pos + 1]);
+        let frame = &shard.data[start as usize..end as usize];
+        for at in (0..frame.len().min(TOUCH_BYTES)).step_by(64) {
+            touched ^= frame[at];
+        }
+        touched ^= frame.last().copied().unwrap_or(0);
+    }
+    std::hint::black_box(touched);
+}
+
+/// A sample's key, `<stem>/<pos>`, built without the formatting machinery (it is made for
+/// every record read).
+fn key_of(stem: &str, pos: u64) -> String {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = pos;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut key = String::with_capacity(stem.len() + 1 + digits.len() - i);
+    key.push_str(stem);
+    key.push('/');
+    key.push_str(std::str::from_utf8(&digits[i..]).expect("ASCII digits"));
+    key
 }
 
 fn check_options(options: &TfRecordOptions, shards: usize) -> Result<(), Error> {
@@ -2110,5 +2220,312 @@ mod tests {
         assert_eq!(stem_of("mem://shard-under-test"), "shard-under-test");
         assert_eq!(stem_of(".hidden"), ".hidden");
         assert_eq!(stem_of("a.b.c"), "a.b");
+        for pos in [0, 7, 10, 99, 12345, u64::MAX] {
+            assert_eq!(key_of("train", pos), format!("train/{pos}"));
+        }
+    }
+
+    // The columnar path against the sample path.
+
+    use crate::example::{Example, Feature};
+    use chute_core::{DType, SampleRng};
+
+    /// A column, comparable: a tensor's dtype, shape and bytes, or byte strings.
+    #[derive(Debug, PartialEq)]
+    enum Col {
+        Tensor(DType, Vec<usize>, Vec<u8>),
+        Var(Vec<Vec<u8>>),
+    }
+
+    fn comparable(columns: Vec<(String, Column)>) -> Vec<(String, Col)> {
+        columns
+            .into_iter()
+            .map(|(name, c)| {
+                let col = match c {
+                    Column::Tensor(t) => {
+                        Col::Tensor(t.dtype(), t.shape().to_vec(), t.as_bytes().to_vec())
+                    }
+                    Column::Var(v) => {
+                        assert!(!v.text);
+                        Col::Var((0..v.len()).map(|i| v.get(i).to_vec()).collect())
+                    }
+                    other => panic!("{other:?}"),
+                };
+                (name, col)
+            })
+            .collect()
+    }
+
+    /// The batch the engine's sample path builds from `ids`: each record read, then collated
+    /// as `chute_pipeline` collates (columns named after the first sample's fields, arrays of
+    /// one shape and dtype stacked, byte strings gathered). `None` where that path fails: a
+    /// read fails, or the samples' fields differ in names, kinds, dtypes or shapes.
+    fn by_reads(src: &TfRecordSource, ids: &[u64]) -> Option<Vec<(String, Col)>> {
+        let samples = ids
+            .iter()
+            .map(|&id| src.read(id).ok())
+            .collect::<Option<Vec<_>>>()?;
+        let first = &samples[0];
+        if samples.iter().any(|s| s.fields.len() != first.fields.len()) {
+            return None;
+        }
+        let mut out = Vec::new();
+        for (name, field) in &first.fields {
+            let col = match field {
+                Field::Array(a) => {
+                    let mut data = Vec::new();
+                    for s in &samples {
+                        match s.get(name) {
+                            Some(Field::Array(b)) if b.dtype == a.dtype && b.shape == a.shape => {
+                                data.extend_from_slice(&b.data)
+                            }
+                            _ => return None,
+                        }
+                    }
+                    let shape = [&[ids.len()][..], &a.shape].concat();
+                    Col::Tensor(a.dtype, shape, data)
+                }
+                Field::Bytes(_) => Col::Var(
+                    samples
+                        .iter()
+                        .map(|s| match s.get(name) {
+                            Some(Field::Bytes(b)) => Some(b.to_vec()),
+                            _ => None,
+                        })
+                        .collect::<Option<_>>()?,
+                ),
+                other => panic!("{other:?}"),
+            };
+            out.push((name.to_string(), col));
+        }
+        Some(out)
+    }
+
+    fn by_columns(src: &TfRecordSource, ids: &[u64]) -> Option<Vec<(String, Col)>> {
+        let columns = src.collate(ids, &BufferPool::new(8))?;
+        Some(comparable(
+            columns.expect("the columnar path never fails: it falls back"),
+        ))
+    }
+
+    /// One feature as a serialized Example of its own: records made by concatenating such
+    /// pieces are valid Examples (protobuf merges the `features` maps), in any entry order.
+    fn piece(name: &str, f: Feature) -> Vec<u8> {
+        let mut ex = Example::default();
+        ex.insert(name, f);
+        ex.encode()
+    }
+
+    /// A record of the features every record of `random_records` has, in a random order,
+    /// sometimes with a feature written twice (the last one counts).
+    fn random_record(rng: &mut SampleRng) -> Vec<u8> {
+        let mut int = || rng.next_u64() as i64 >> rng.below(64);
+        let label = int();
+        let ids = vec![int(), int(), -1];
+        let mut pieces = vec![
+            piece("label", Feature::Int64(vec![label])),
+            piece("ids", Feature::Int64(ids)),
+            piece("empty", Feature::Float(vec![])),
+        ];
+        let x: Vec<f32> = (0..8).map(|_| rng.next_f64() as f32 - 0.5).collect();
+        pieces.push(piece("x", Feature::Float(x)));
+        pieces.push(piece(
+            "w",
+            Feature::Float(vec![f32::from_bits(rng.next_u64() as u32)]),
+        ));
+        let b: Vec<u8> = (0..rng.below(20)).map(|_| rng.next_u64() as u8).collect();
+        pieces.push(piece("b", Feature::Bytes(vec![Bytes::from(b)])));
+        for i in (1..pieces.len()).rev() {
+            pieces.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        if rng.chance(0.2) {
+            let stale = piece("label", Feature::Int64(vec![label ^ 1]));
+            pieces.insert(0, stale);
+        }
+        pieces.concat()
+    }
+
+    fn source_of(records: &[Vec<u8>], options: TfRecordOptions) -> TfRecordSource {
+        let half = records.len() / 2;
+        let shards = [&records[..half], &records[half..]]
+            .iter()
+            .enumerate()
+            .map(|(i, recs)| {
+                let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+                (format!("mem://s{i}.tfrecord"), Bytes::from(framed(&refs)))
+            })
+            .collect();
+        TfRecordSource::from_bytes(shards, options).unwrap()
+    }
+
+    fn with_example(features: Option<&[&str]>, scalars: bool) -> TfRecordOptions {
+        TfRecordOptions {
+            example: Some(ExampleOptions {
+                features: features.map(|f| f.iter().map(|s| s.to_string()).collect()),
+                scalars,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn random_ids(rng: &mut SampleRng, total: u64, n: usize) -> Vec<u64> {
+        (0..n).map(|_| rng.below(total)).collect()
+    }
+
+    #[test]
+    fn the_columnar_path_gives_the_sample_paths_batches() {
+        let mut rng = SampleRng::from_key(7);
+        let records: Vec<Vec<u8>> = (0..300).map(|_| random_record(&mut rng)).collect();
+        let all: Vec<u64> = (0..300).collect();
+        let options = [
+            with_example(None, true),
+            with_example(None, false),
+            with_example(Some(&["x", "label", "b"]), true),
+            with_example(Some(&["b"]), true),
+            with_example(Some(&["empty", "w", "ids"]), false),
+            raw(),
+        ];
+        for opts in options {
+            let src = source_of(&records, opts.clone());
+            let mut batches = vec![all.clone(), vec![299], vec![5, 5, 5], all[150..].to_vec()];
+            for n in [1, 7, 64, 200, 300] {
+                batches.push(random_ids(&mut rng, 300, n));
+            }
+            for ids in &batches {
+                let fast = by_columns(&src, ids);
+                assert!(fast.is_some(), "{opts:?}: fell back on well-formed records");
+                assert_eq!(fast, by_reads(&src, ids), "{opts:?} {ids:?}");
+            }
+            let got = by_columns(&src, &[3, 1]).unwrap();
+            let names: Vec<String> = got.into_iter().map(|(n, _)| n).collect();
+            let want: Vec<String> = match &opts.example {
+                None => vec![RECORD_FIELD.into()],
+                Some(ExampleOptions {
+                    features: Some(f), ..
+                }) => f.clone(),
+                Some(_) => ["b", "empty", "ids", "label", "w", "x"]
+                    .map(String::from)
+                    .to_vec(),
+            };
+            assert_eq!(names, want);
+            // Out-of-range ids are the sample path's to report.
+            assert!(src.collate(&[0, 300], &BufferPool::new(1)).is_none());
+        }
+        // Scalars, lists, empty lists and byte strings, shaped as the sample path shapes them.
+        let src = source_of(&records, with_example(None, true));
+        let shapes: Vec<(String, Vec<usize>)> = by_columns(&src, &[4, 2])
+            .unwrap()
+            .into_iter()
+            .map(|(n, c)| match c {
+                Col::Tensor(_, shape, _) => (n, shape),
+                Col::Var(v) => (n, vec![v.len()]),
+            })
+            .collect();
+        let want = [
+            ("b", [2].as_slice()),
+            ("empty", &[2, 0]),
+            ("ids", &[2, 3]),
+            ("label", &[2]),
+            ("w", &[2]),
+            ("x", &[2, 8]),
+        ];
+        assert_eq!(shapes, want.map(|(n, s)| (n.to_string(), s.to_vec())));
+    }
+
+    #[test]
+    fn records_the_columnar_path_cannot_take_fall_back_to_the_sample_path() {
+        let mut rng = SampleRng::from_key(11);
+        let good: Vec<Vec<u8>> = (0..20).map(|_| random_record(&mut rng)).collect();
+        // An Example with every feature but `label`.
+        let mut no_label = Example::default();
+        no_label.insert("x", Feature::Float(vec![0.0; 8]));
+        let mut bad_name = piece("n", Feature::Int64(vec![1]));
+        let n_at = bad_name.iter().position(|&c| c == b'n').unwrap();
+        bad_name[n_at] = 0xff;
+        // Whole records, or pieces appended to a good record (where the last entry wins).
+        let odd: Vec<(&str, bool, Vec<u8>)> = vec![
+            ("no label", true, no_label.encode()),
+            ("not an Example", true, b"\x0a\x05oops".to_vec()),
+            (
+                "a longer x",
+                false,
+                piece("x", Feature::Float(vec![0.0; 9])),
+            ),
+            (
+                "label as a float",
+                false,
+                piece("label", Feature::Float(vec![1.0])),
+            ),
+            ("b as an int", false, piece("b", Feature::Int64(vec![1]))),
+            (
+                "two byte strings",
+                false,
+                piece("b", Feature::Bytes(vec![Bytes::new(), Bytes::new()])),
+            ),
+            (
+                "an extra feature",
+                false,
+                piece("extra", Feature::Int64(vec![1])),
+            ),
+            ("a non-UTF-8 name", false, bad_name),
+        ];
+        for (what, whole, odd) in odd {
+            let mut records = good.clone();
+            // The odd record is record 13: in the middle of a batch, or its first record.
+            records[13] = if whole {
+                odd
+            } else {
+                [good[13].clone(), odd].concat()
+            };
+            let src = source_of(&records, with_example(None, true));
+            for ids in [vec![12, 13, 14], vec![13, 12, 14]] {
+                assert_eq!(by_reads(&src, &ids), None, "{what}");
+                assert_eq!(by_columns(&src, &ids), None, "{what}");
+            }
+            assert!(by_columns(&src, &[12, 14]).is_some(), "{what}");
+            // Projected, the features left out do not matter; the ones kept do.
+            let src = source_of(&records, with_example(Some(&["ids", "w"]), true));
+            let fast = by_columns(&src, &[12, 13]);
+            assert_eq!(fast, by_reads(&src, &[12, 13]), "{what}");
+            let kept_intact = matches!(
+                what,
+                "a longer x"
+                    | "label as a float"
+                    | "b as an int"
+                    | "two byte strings"
+                    | "an extra feature"
+            );
+            assert_eq!(fast.is_some(), kept_intact, "{what}");
+        }
+    }
+
+    #[test]
+    fn bad_records_fall_back_so_the_sample_path_reports_them() {
+        let mut rng = SampleRng::from_key(3);
+        let records: Vec<Vec<u8>> = (0..10).map(|_| random_record(&mut rng)).collect();
+        let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+        let mut bytes = framed(&refs);
+        let at = bytes.len() - 20; // the last record's data
+        bytes[at] ^= 0x40;
+        let shards = || vec![("mem://bad.tfrecord".to_string(), Bytes::from(bytes.clone()))];
+        let src = TfRecordSource::from_bytes(shards(), with_example(None, true)).unwrap();
+        assert!(by_columns(&src, &[0, 8]).is_some());
+        assert!(src.collate(&[0, 9], &BufferPool::new(1)).is_none());
+        let (uri, offset, reason) = corrupt(src.read(9).unwrap_err());
+        let last = bytes.len() - records[9].len() - FRAME_OVERHEAD;
+        assert_eq!((uri.as_str(), offset), ("mem://bad.tfrecord", last as u64));
+        assert!(reason.contains("data crc mismatch"), "{reason}");
+        // Unchecked, the flipped byte is read as it is, the same on both paths.
+        let unchecked = TfRecordOptions {
+            verify_checksums: false,
+            ..with_example(None, true)
+        };
+        let src = TfRecordSource::from_bytes(shards(), unchecked).unwrap();
+        let ids = [9, 0, 9];
+        if let Some(fast) = by_columns(&src, &ids) {
+            assert_eq!(Some(fast), by_reads(&src, &ids));
+        } else {
+            assert_eq!(by_reads(&src, &ids), None);
+        }
     }
 }

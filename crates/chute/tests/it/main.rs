@@ -1,3 +1,4 @@
 //! End-to-end tests of the facade: formats through the engine.
 
 mod parquet;
+mod tfrecord;
