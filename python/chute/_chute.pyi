@@ -104,7 +104,7 @@ class Loader:
         rank: int = 0,
         world_size: int = 1,
         epoch: int = 0,
-        transforms: Optional[List[Tuple[Callable[..., Any], bool]]] = None,
+        transforms: Optional[List[Union[str, Tuple[Callable[..., Any], bool]]]] = None,
         on_error: str = "raise",
         output: Optional[Callable[[Tensor], Any]] = None,
     ) -> "Loader": ...

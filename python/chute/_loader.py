@@ -11,6 +11,7 @@ import atexit
 import functools
 import glob
 import inspect
+import json
 import os
 import sys
 import warnings
@@ -24,7 +25,7 @@ from ._errors import ConfigError
 
 __all__ = ["Loader"]
 
-Transform = Callable[..., Optional[Dict[str, Any]]]
+Transform = Union[Callable[..., Optional[Dict[str, Any]]], Mapping[str, Any]]
 
 _OUTPUTS = ("numpy", "dlpack", "torch", "jax")
 
@@ -62,8 +63,14 @@ class Loader:
     - ``rank`` / ``world_size``: this process's share; default to torchrun's ``RANK`` /
       ``WORLD_SIZE`` environment variables when set, else 0 / 1. Every rank gets the same
       number of batches. ``LOCAL_RANK`` is read into ``loader.local_rank``.
-    - ``transforms``: callables ``f(sample)`` or ``f(sample, rng)`` run on the worker threads
-      (under the GIL). ``sample`` is a dict of numpy arrays (copies, in the batch's dtype),
+    - ``transforms``: native ops declared as data, a dict of field -> list of ops (run on the
+      worker threads without the GIL), e.g. ``{"jpg": [{"op": "decode"}, {"op":
+      "random_resized_crop", "size": 224}, {"op": "horizontal_flip"}], "cls": [{"op":
+      "label"}]}`` (the ops: ``decode``, ``resize``, ``center_crop``, ``random_resized_crop``,
+      ``horizontal_flip``, ``normalize``, ``chw``, ``cast``, ``label``, ``npy``, ``text``,
+      ``json``; a field may be ``{"as": name, "ops": [...], "optional": bool}``; see
+      ARCHITECTURE.md); and/or callables ``f(sample)`` or ``f(sample, rng)`` run on the worker
+      threads (under the GIL), in the order given. ``sample`` is a dict of numpy arrays (copies, in the batch's dtype),
       ``bytes`` and ``str``, plus ``"__index__"`` (the global sample id) and ``"__key__"``
       when the format has keys. ``rng`` is a ``numpy.random.Generator`` seeded from (seed,
       epoch, sample), passed when ``f`` has two required positional parameters (or a second
@@ -146,7 +153,7 @@ class Loader:
             pin_memory=pin_memory,
             rank=rank,
             world_size=world_size,
-            transforms=[(f, _accepts_rng(f)) for f in _as_list(transforms)],
+            transforms=[_transform(t) for t in _as_list(transforms)],
             on_error=on_error,
             output=_converter(output),
         )
@@ -306,9 +313,24 @@ def _env_int(name: str, *, minimum: int) -> Optional[int]:
 def _as_list(transforms: Union[Transform, Sequence[Transform], None]) -> List[Transform]:
     if transforms is None:
         return []
-    if callable(transforms):
+    if callable(transforms) or isinstance(transforms, Mapping):
         return [transforms]
     return list(transforms)
+
+
+def _transform(t: Transform) -> Any:
+    """What the native loader takes: a native op spec as JSON text, or (callable, takes_rng)."""
+    if isinstance(t, Mapping):
+        try:
+            return json.dumps(t)
+        except TypeError as e:
+            raise ConfigError(f"invalid transforms: an op spec must be JSON data: {e}") from None
+    if not callable(t):
+        raise ConfigError(
+            f"invalid transforms: {t!r} is neither a callable nor an op spec "
+            "(a dict of field -> ops, e.g. {'jpg': [{'op': 'decode'}]})"
+        )
+    return (t, _accepts_rng(t))
 
 
 def _accepts_rng(f: Any) -> bool:

@@ -61,6 +61,10 @@ pub(crate) fn to_py(err: chute::Error) -> PyErr {
         chute::Error::State(e) => from_state(e),
         chute::Error::Transform { sample, source } => match source.downcast::<PyErr>() {
             Ok(py_err) => with_note(*py_err, &sample),
+            // A native op that found the sample's data unusable (an undecodable image, ...).
+            Err(source) if source.is::<chute::ops::BadData>() => {
+                corrupt_data_error(chute::Error::Transform { sample, source }.to_string())
+            }
             Err(source) => chute_error(chute::Error::Transform { sample, source }.to_string()),
         },
         other => chute_error(other.to_string()),

@@ -126,7 +126,7 @@ impl Loader {
         rank: i64,
         world_size: i64,
         epoch: i64,
-        transforms: Option<Vec<(Bound<'_, PyAny>, bool)>>,
+        transforms: Option<Vec<Bound<'_, PyAny>>>,
         on_error: &str,
         output: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
@@ -150,8 +150,16 @@ impl Loader {
             .epoch(count("epoch", epoch)?)
             .pin_memory(pin_memory)
             .on_error(on_error);
-        for (func, takes_rng) in transforms.unwrap_or_default() {
-            builder = builder.transform(PyTransform::new(func, takes_rng, Arc::clone(&interrupt))?);
+        // Each transform is a JSON op spec (str: native ops, no GIL) or (callable, takes_rng).
+        for t in transforms.unwrap_or_default() {
+            if let Ok(spec) = t.extract::<String>() {
+                let ops = chute::ops::Pipeline::from_json(&spec).map_err(errors::from_config)?;
+                builder = builder.transform(ops);
+            } else {
+                let (func, takes_rng): (Bound<'_, PyAny>, bool) = t.extract()?;
+                builder =
+                    builder.transform(PyTransform::new(func, takes_rng, Arc::clone(&interrupt))?);
+            }
         }
         // Building may load the CUDA runtime (pin_memory): not under the GIL.
         let loader = py.detach(|| builder.build()).map_err(errors::from_config)?;

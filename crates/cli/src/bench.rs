@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chute::core::{OnError, Shuffle, Source, State};
+use chute::ops::Pipeline;
 use chute::pipeline::check::StreamDigest;
 use chute::pipeline::{Loader, LoaderOptions, StatsSnapshot};
 use clap::Args;
@@ -53,6 +54,23 @@ pub(crate) struct LoaderArgs {
     /// Allocate batch buffers page-locked through the CUDA runtime, if one is installed.
     #[arg(long)]
     pub(crate) pin_memory: bool,
+    /// Ops per field, run on the workers: JSON text, or the path of a JSON file (for example
+    /// `{"jpg": [{"op": "decode"}, {"op": "random_resized_crop", "size": 224},
+    /// {"op": "horizontal_flip"}], "cls": [{"op": "label"}]}`; see chute_ops::spec).
+    #[arg(long, value_parser = parse_transform)]
+    pub(crate) transform: Option<Pipeline>,
+}
+
+/// `--transform`: JSON text, or a file holding it.
+pub(crate) fn parse_transform(s: &str) -> Result<Pipeline, String> {
+    let text = if s.trim_start().starts_with('{') {
+        s.to_string()
+    } else {
+        std::fs::read_to_string(s).map_err(|e| {
+            format!("{s:?} is neither JSON (it does not start with '{{') nor a readable file: {e}")
+        })?
+    };
+    Pipeline::from_json(&text).map_err(|e| e.to_string())
 }
 
 fn parse_on_error(s: &str) -> Result<OnError, String> {
@@ -68,21 +86,24 @@ impl LoaderArgs {
         let workers = self
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-        let loader = Loader::builder_arc(source)
-            .options(LoaderOptions {
-                batch_size: self.batch_size,
-                shuffle: self.shuffle,
-                seed: self.seed,
-                num_workers: workers,
-                prefetch: self.prefetch,
-                drop_last: self.drop_last,
-                rank: self.rank,
-                world_size: self.world_size,
-                epoch: self.epoch,
-                pin_memory: self.pin_memory,
-                on_error: self.on_error,
-            })
-            .build()?;
+        let loader = Loader::builder_arc(source).options(LoaderOptions {
+            batch_size: self.batch_size,
+            shuffle: self.shuffle,
+            seed: self.seed,
+            num_workers: workers,
+            prefetch: self.prefetch,
+            drop_last: self.drop_last,
+            rank: self.rank,
+            world_size: self.world_size,
+            epoch: self.epoch,
+            pin_memory: self.pin_memory,
+            on_error: self.on_error,
+        });
+        let loader = match &self.transform {
+            Some(t) => loader.transform(t.clone()),
+            None => loader,
+        }
+        .build()?;
         if let Some(why) = loader.pin_memory_fallback() {
             eprintln!("warning: --pin-memory: using ordinary memory ({why})");
         }

@@ -5,7 +5,9 @@
 //! - [`Cast`], [`Select`], [`Rename`]: field-level conveniences. `Cast` is fused into
 //!   collation, so `u16` tokens become `int64` in the batch without an extra pass.
 //!
-//! Image, npy, JSON and text decoders and augmentations land here next.
+//! - [`Pipeline`] ([`spec`]): ops per field declared as data (JSON), the same from Rust, the
+//!   CLI and Python: image decoding and torchvision-style augmentation ([`image`]), labels,
+//!   `.npy`, JSON and text.
 //!
 //! ```
 //! use chute_core::{Array, BoxError, DType, Field, Sample, SampleRng};
@@ -27,5 +29,5 @@ mod jpeg;
 pub mod spec;
 mod transform;
 
-pub use spec::{FieldOps, Op, Pipeline};
+pub use spec::{BadData, FieldOps, Op, Pipeline};
 pub use transform::{Cast, Compose, Rename, Select, Transform};

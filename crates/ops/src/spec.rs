@@ -47,6 +47,7 @@ use std::str::FromStr;
 
 use bytes::Bytes;
 use chute_core::{Array, BoxError, ConfigError, DType, Field, FieldName, Sample, SampleRng};
+
 use serde::Deserialize;
 
 use crate::Transform;
@@ -406,8 +407,33 @@ enum Value {
     Text(Bytes),
 }
 
+/// A sample whose data an op cannot use: an undecodable image, a label that is not a number,
+/// a missing field. The loader reports it with the sample's key and shard; with
+/// `on_error = skip` the sample is counted and replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadData(pub String);
+
+impl std::fmt::Display for BadData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadData {}
+
 impl Transform for Pipeline {
     fn apply(&self, sample: &mut Sample, rng: &mut SampleRng) -> Result<(), BoxError> {
+        self.apply_fields(sample, rng)
+            .map_err(|e| Box::new(BadData(e)) as BoxError)
+    }
+
+    fn name(&self) -> &str {
+        "transform"
+    }
+}
+
+impl Pipeline {
+    fn apply_fields(&self, sample: &mut Sample, rng: &mut SampleRng) -> Result<(), String> {
         for f in &self.fields {
             let Some(name) = f.names.iter().find(|n| sample.get(n).is_some()) else {
                 if f.optional {
@@ -418,8 +444,7 @@ impl Transform for Pipeline {
                     "no field {:?} (the sample has {have:?}); name the field the data has, or \
                      mark it optional",
                     f.names.join(";")
-                )
-                .into());
+                ));
             };
             let name = name.clone();
             let field = sample.remove(&name).expect("present");
@@ -427,7 +452,7 @@ impl Transform for Pipeline {
                 Field::Bytes(b) | Field::Text(b) => Value::Bytes(b),
                 Field::Array(a) => Value::Array(a),
                 other => {
-                    return Err(format!("field {name:?} holds {other:?}, not bytes").into());
+                    return Err(format!("field {name:?} holds {other:?}, not bytes"));
                 }
             };
             let out = run(&f.ops, value, rng).map_err(|e| format!("field {name:?}: {e}"))?;
@@ -446,10 +471,6 @@ impl Transform for Pipeline {
             sample.set(FieldName::Owned(output), field);
         }
         Ok(())
-    }
-
-    fn name(&self) -> &str {
-        "transform"
     }
 }
 

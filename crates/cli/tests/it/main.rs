@@ -317,6 +317,7 @@ fn demo_runs_and_reports_the_wait() {
     let out = ok(&[
         "demo",
         "--tokens",
+        "--num-tokens",
         "300000",
         "--seq-len",
         "127",
@@ -329,6 +330,7 @@ fn demo_runs_and_reports_the_wait() {
     let s = json(&ok(&[
         "demo",
         "--tokens",
+        "--num-tokens",
         "300000",
         "--seq-len",
         "127",
@@ -341,6 +343,50 @@ fn demo_runs_and_reports_the_wait() {
         s["samples"].as_u64().unwrap(),
         2 * (300_000 / 128 / 16 * 16)
     );
+}
+
+#[test]
+fn image_demo_trains_on_synthetic_jpegs() {
+    let out = ok(&[
+        "demo",
+        "--images",
+        "200",
+        "--batch-size",
+        "16",
+        "--step-ms",
+        "0",
+    ]);
+    assert!(out.contains("drew 200 synthetic 256x256 JPEGs"), "{out}");
+    assert!(
+        out.contains("images/s") && out.contains("waited for images"),
+        "{out}"
+    );
+    let s = json(&ok(&[
+        "demo",
+        "--images",
+        "100",
+        "--batch-size",
+        "16",
+        "--step-ms",
+        "0",
+        "--json",
+    ]));
+    assert_eq!(s["epochs_completed"], 2);
+    assert_eq!(s["samples"], 2 * 96, "two epochs of 6 full batches");
+    // Crops and flips come from (seed, epoch, sample): any worker count, the same batches.
+    let one = json(&ok(&[
+        "demo",
+        "--images",
+        "100",
+        "--batch-size",
+        "16",
+        "--step-ms",
+        "0",
+        "--json",
+        "--workers",
+        "1",
+    ]));
+    assert_eq!(one["digest"], s["digest"]);
 }
 
 fn golden(rel: &str) -> String {
