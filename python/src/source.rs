@@ -155,7 +155,7 @@ pub(crate) fn tfrecord(
 
 /// Parquet files (local paths; brace patterns expand). `columns` projects (default: all);
 /// numeric columns come out as `[B]`, fixed-size lists as `[B, k]`, binary and string columns
-/// as lists. Row groups are split into shards of at most `chunk_rows` rows (default 65,536).
+/// as lists. Row groups are split into shards of at most `chunk_rows` rows (default 16,384).
 #[pyfunction]
 #[pyo3(signature = (urls, *, columns=None, chunk_rows=None))]
 pub(crate) fn parquet(

@@ -1,7 +1,7 @@
 //! Parquet: [`ParquetSource`] reads projected columns, [`ParquetWriter`] writes samples.
 //!
 //! A shard of the manifest is a chunk of at most [`ParquetOptions::chunk_rows`] rows of one
-//! row group (`file.parquet#rowgroup3:65536+65536`), so block shuffle works on a window of
+//! row group (`file.parquet#rowgroup3:16384+16384`), so block shuffle works on a window of
 //! chunks whose columns fit in the CPU's cache, and the plan's rank split hands each rank
 //! whole chunks where it can. A decoded row group (only the projected columns, as Arrow
 //! arrays) is kept in a small cache shared by the workers; a batch is then gathered straight
@@ -48,7 +48,7 @@ pub struct ParquetOptions {
     /// Decoded row groups kept in memory, in bytes (default 1 GiB). At least a few row groups
     /// are kept whatever the figure, so workers never evict each other's groups mid-batch.
     pub cache_bytes: Option<usize>,
-    /// Rows per shard (default 65,536): row groups are split into chunks of this many rows.
+    /// Rows per shard (default 16,384): row groups are split into chunks of this many rows.
     /// Block shuffle permutes chunks and shuffles rows within windows of chunks, so smaller
     /// chunks keep a window's columns in cache (gathers from memory that is not in cache
     /// cost a miss per column per row).
@@ -56,7 +56,7 @@ pub struct ParquetOptions {
 }
 
 /// Default rows per shard.
-const DEFAULT_CHUNK_ROWS: usize = 1 << 16;
+const DEFAULT_CHUNK_ROWS: usize = 1 << 14;
 
 /// Default size of the decoded row-group cache.
 const DEFAULT_CACHE_BYTES: usize = 1 << 30;
