@@ -326,9 +326,9 @@ def _transform(t: Transform) -> Any:
         except TypeError as e:
             raise ConfigError(f"invalid transforms: an op spec must be JSON data: {e}") from None
     if not callable(t):
-        raise ConfigError(
-            f"invalid transforms: {t!r} is neither a callable nor an op spec "
-            "(a dict of field -> ops, e.g. {'jpg': [{'op': 'decode'}]})"
+        raise TypeError(
+            f"transforms must be callables f(sample) or f(sample, rng), or op specs (a dict of "
+            f"field -> ops, e.g. {{'jpg': [{{'op': 'decode'}}]}}); got {t!r}"
         )
     return (t, _accepts_rng(t))
 
