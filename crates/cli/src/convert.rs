@@ -565,9 +565,7 @@ impl CsvInput {
         let mut starts = Vec::new();
         let mut rows = 0u64;
         for (file, path) in args.inputs.iter().enumerate() {
-            let file_handle =
-                File::open(path).with_context(|| format!("opening {}", path.display()))?;
-            let mut reader = csv_reader(file_handle, delimiter, true);
+            let mut reader = csv_reader(open_at(path, 0)?, delimiter, true);
             let names: Vec<String> = reader
                 .headers()
                 .with_context(|| format!("{}: reading the header row", path.display()))?
@@ -649,6 +647,14 @@ impl CsvInput {
     }
 }
 
+/// `path`, opened and positioned at `byte`.
+fn open_at(path: &Path, byte: u64) -> anyhow::Result<File> {
+    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    file.seek(SeekFrom::Start(byte))
+        .with_context(|| format!("seeking in {}", path.display()))?;
+    Ok(file)
+}
+
 fn csv_reader(file: File, delimiter: u8, headers: bool) -> csv::Reader<BufReader<File>> {
     csv::ReaderBuilder::new()
         .delimiter(delimiter)
@@ -695,18 +701,8 @@ impl Input for CsvInput {
             let path = &self.files[file];
             // The shard's first file from its first row; the next ones after their header.
             let mut reader = match at.take() {
-                Some(byte) => {
-                    let mut f =
-                        File::open(path).with_context(|| format!("opening {}", path.display()))?;
-                    f.seek(SeekFrom::Start(byte))
-                        .with_context(|| format!("seeking in {}", path.display()))?;
-                    csv_reader(f, self.delimiter, false)
-                }
-                None => csv_reader(
-                    File::open(path).with_context(|| format!("opening {}", path.display()))?,
-                    self.delimiter,
-                    true,
-                ),
+                Some(byte) => csv_reader(open_at(path, byte)?, self.delimiter, false),
+                None => csv_reader(open_at(path, 0)?, self.delimiter, true),
             };
             while row < range.end {
                 let more = reader
@@ -905,9 +901,7 @@ struct Lines {
 
 impl Lines {
     fn open(path: &Path, byte: u64) -> anyhow::Result<Lines> {
-        let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-        file.seek(SeekFrom::Start(byte))
-            .with_context(|| format!("seeking in {}", path.display()))?;
+        let file = open_at(path, byte)?;
         Ok(Lines {
             reader: BufReader::with_capacity(1 << 20, file),
             byte,

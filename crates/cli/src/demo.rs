@@ -75,21 +75,7 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
     let source = WebDatasetSource::open(&shards, WebDatasetOptions::default())?;
     let batch_size = args.batch_size.unwrap_or(64);
     let transform = Pipeline::from_json(IMAGE_OPS)?;
-    let loader_args = LoaderArgs {
-        batch_size,
-        workers: args.workers,
-        prefetch: 2,
-        shuffle: Shuffle::Global,
-        seed: args.seed,
-        epoch: 0,
-        rank: 0,
-        world_size: 1,
-        drop_last: true,
-        on_error: OnError::Raise,
-        pin_memory: false,
-        transform: Some(transform),
-    };
-    let mut loader = loader_args.build(Arc::new(source))?;
+    let mut loader = loader_args(&args, batch_size, Some(transform)).build(Arc::new(source))?;
     if !args.json {
         println!(
             "training: {} images; decode + RandomResizedCrop(224) + horizontal flip on {} \
@@ -122,6 +108,24 @@ const IMAGE_OPS: &str = r#"{
     ]},
     "cls": [{"op": "label"}]
 }"#;
+
+/// The demo's loader: global shuffle, full batches, the user's workers and seed.
+fn loader_args(args: &DemoArgs, batch_size: usize, transform: Option<Pipeline>) -> LoaderArgs {
+    LoaderArgs {
+        batch_size,
+        workers: args.workers,
+        prefetch: 2,
+        shuffle: Shuffle::Global,
+        seed: args.seed,
+        epoch: 0,
+        rank: 0,
+        world_size: 1,
+        drop_last: true,
+        on_error: OnError::Raise,
+        pin_memory: false,
+        transform,
+    }
+}
 
 fn train(loader: &mut chute::Loader, args: &DemoArgs) -> anyhow::Result<Summary> {
     let run = RunArgs {
@@ -234,21 +238,7 @@ fn run_tokens(args: DemoArgs) -> anyhow::Result<()> {
         },
     )?;
     let batch_size = args.batch_size.unwrap_or(16);
-    let loader_args = LoaderArgs {
-        batch_size,
-        workers: args.workers,
-        prefetch: 2,
-        shuffle: Shuffle::Global,
-        seed: args.seed,
-        epoch: 0,
-        rank: 0,
-        world_size: 1,
-        drop_last: true,
-        on_error: OnError::Raise,
-        pin_memory: false,
-        transform: None,
-    };
-    let mut loader = loader_args.build(Arc::new(source))?;
+    let mut loader = loader_args(&args, batch_size, None).build(Arc::new(source))?;
     if !args.json {
         println!(
             "training: {} sequences of {} tokens, batches of {} as int64 [{}, {}], global \
