@@ -1,11 +1,14 @@
-//! JPEG decoding (zune-jpeg: pure Rust, SIMD).
+//! JPEG decoding: zune-jpeg (pure Rust, SIMD) for full-size decodes, libjpeg-turbo's decoder
+//! (feature `libjpeg`, on by default; see [`crate::libjpeg`]) for reduced-size and region
+//! decodes, and for everything when it was built with its SIMD kernels (it is then the faster
+//! of the two, and gives PIL's pixels).
 
 use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
 use zune_jpeg::JpegDecoder;
 
-use crate::image::{ColorMode, Image};
+use crate::image::{ColorMode, Image, Rect};
 
 fn options(mode: ColorMode) -> DecoderOptions {
     DecoderOptions::default().jpeg_set_out_colorspace(match mode {
@@ -37,20 +40,105 @@ pub(crate) fn is_complete(data: &[u8]) -> bool {
     }
 }
 
-/// Decodes at full size (this decoder has no DCT scaling; `min_size` is a hint it ignores).
-/// A JPEG cut short is an error, as in PIL (the decoder itself would fill in grey).
+/// Refuses a JPEG cut short, as PIL does (decoders would fill in grey).
+fn check_complete(data: &[u8]) -> Result<(), String> {
+    if is_complete(data) {
+        return Ok(());
+    }
+    Err(format!(
+        "truncated JPEG: no end-of-image marker after the last scan ({} bytes; the file was \
+         cut short)",
+        data.len()
+    ))
+}
+
+/// The largest DCT scaling denominator (8, 4, 2 or 1) that keeps `have` at least `need` pixels
+/// in both dimensions.
+pub(crate) fn scale_denom(have: (usize, usize), need: (usize, usize)) -> u32 {
+    [8, 4, 2]
+        .into_iter()
+        .find(|&d| have.0 >= need.0 * d && have.1 >= need.1 * d)
+        .map_or(1, |d| d as u32)
+}
+
+/// Decodes the whole picture. `min_size` is the smallest `(height, width)` the caller needs:
+/// with libjpeg the picture is then decoded at 1/2, 1/4 or 1/8 of its size where that still
+/// covers it.
 pub(crate) fn decode(
     data: &[u8],
     mode: ColorMode,
-    _min_size: Option<(usize, usize)>,
+    min_size: Option<(usize, usize)>,
 ) -> Result<Image, String> {
-    if !is_complete(data) {
-        return Err(format!(
-            "truncated JPEG: no end-of-image marker after the last scan ({} bytes; the file was \
-             cut short)",
-            data.len()
-        ));
+    check_complete(data)?;
+    #[cfg(feature = "libjpeg")]
+    if crate::libjpeg::handles(data) {
+        let denom = match min_size {
+            Some(need) => scale_denom(size(data)?, need),
+            None => 1,
+        };
+        if denom > 1 || crate::libjpeg::has_simd() {
+            return crate::libjpeg::decode(data, mode, denom, None).map(|d| d.image);
+        }
     }
+    #[cfg(not(feature = "libjpeg"))]
+    let _ = min_size;
+    decode_zune(data, mode)
+}
+
+/// Decodes what the region `crop` of an `h` x `w` JPEG needs to be resized to `out`: the
+/// picture at the smallest DCT scale that keeps the crop at least `out`, and only the crop's
+/// rows and (iMCU-aligned) columns. Returns the pixels and the crop's `[top, left, height,
+/// width]` within them (fractional after scaling). `None` when this build cannot do better
+/// than a full decode (no libjpeg, a CMYK JPEG, or libjpeg without SIMD at full scale).
+pub(crate) fn decode_crop(
+    data: &[u8],
+    mode: ColorMode,
+    (h, w): (usize, usize),
+    crop: Rect,
+    out: (usize, usize),
+) -> Result<Option<(Image, [f64; 4])>, String> {
+    #[cfg(feature = "libjpeg")]
+    {
+        check_complete(data)?;
+        if !crate::libjpeg::handles(data) {
+            return Ok(None);
+        }
+        let d = scale_denom((crop.height, crop.width), out);
+        if d == 1 && !crate::libjpeg::has_simd() {
+            return Ok(None);
+        }
+        let du = d as usize;
+        let (sh, sw) = (h.div_ceil(du), w.div_ceil(du));
+        let top = crop.top / du;
+        let left = crop.left / du;
+        let bottom = (crop.top + crop.height).div_ceil(du).min(sh);
+        let right = (crop.left + crop.width).div_ceil(du).min(sw);
+        let region = Rect {
+            top,
+            left,
+            height: bottom - top,
+            width: right - left,
+        };
+        let region = (region.height < sh || region.width < sw).then_some(region);
+        let got = crate::libjpeg::decode(data, mode, d, region)?;
+        let f = f64::from(d);
+        let at = [
+            crop.top as f64 / f - got.top as f64,
+            crop.left as f64 / f - got.left as f64,
+            crop.height as f64 / f,
+            crop.width as f64 / f,
+        ];
+        Ok(Some((got.image, at)))
+    }
+    #[cfg(not(feature = "libjpeg"))]
+    {
+        let _ = (data, mode, (h, w), crop, out);
+        Ok(None)
+    }
+}
+
+/// Full-size decode with zune-jpeg.
+fn decode_zune(data: &[u8], mode: ColorMode) -> Result<Image, String> {
     let mut d = JpegDecoder::new_with_options(ZCursor::new(data), options(mode));
     let pixels = d
         .decode()

@@ -26,6 +26,8 @@
 
 pub mod image;
 mod jpeg;
+#[cfg(feature = "libjpeg")]
+mod libjpeg;
 pub mod spec;
 mod transform;
 
