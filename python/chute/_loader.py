@@ -79,6 +79,10 @@ class Loader:
     - ``on_error``: ``"raise"`` (a failed sample fails its batch: ``next()`` raises, and
       iteration may continue with the next batch) or ``"skip"`` (the sample is replaced by
       the next one in the order; counted in ``stats()``).
+    - ``pad``: arrays whose shapes differ within a batch (images decoded without a crop, say)
+      come as a list of arrays, one per sample (``False``, the default), or zero-padded to
+      the batch's largest shape in one array plus a ``"<name>_mask"`` bool array that is true
+      where a value is real (``True``).
     - ``output``: ``"numpy"`` (default), ``"torch"`` (``torch.from_dlpack``), ``"jax"``
       (``jax.numpy.from_dlpack``) or ``"dlpack"`` (the ``chute.Tensor`` objects, which
       implement ``__dlpack__`` and ``__array_interface__``). All are zero-copy.
@@ -109,6 +113,7 @@ class Loader:
         transforms: Union[Transform, Sequence[Transform], None] = None,
         on_error: str = "raise",
         output: str = "numpy",
+        pad: bool = False,
     ) -> None:
         if not isinstance(source, _chute.Source):
             raise TypeError(
@@ -156,6 +161,7 @@ class Loader:
             transforms=[_transform(t) for t in _as_list(transforms)],
             on_error=on_error,
             output=_converter(output),
+            pad=pad,
         )
         self._inner = inner
         self.output = output
@@ -251,6 +257,10 @@ class Loader:
     @property
     def on_error(self) -> str:
         return str(self._inner.options["on_error"])
+
+    @property
+    def pad(self) -> bool:
+        return bool(self._inner.options["pad"])
 
     # Lifetime ------------------------------------------------------------------------------
 

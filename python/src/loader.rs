@@ -70,7 +70,8 @@ impl Loader {
         Ok(loader)
     }
 
-    /// The batch as `{name: array}`; variable-length columns as `list[bytes]` / `list[str]`.
+    /// The batch as `{name: array}`; variable-length columns as `list[bytes]` / `list[str]`,
+    /// arrays of differing shapes as a list of arrays.
     fn to_dict<'py>(&self, py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         for (name, column) in batch.columns {
@@ -94,6 +95,17 @@ impl Loader {
                     }
                     d.set_item(name, values)?;
                 }
+                Column::List(tensors) => {
+                    let values = PyList::empty(py);
+                    for t in tensors {
+                        let t = Bound::new(py, Tensor::new(t))?.into_any();
+                        match &self.output {
+                            Some(f) => values.append(f.call1(py, (t,))?)?,
+                            None => values.append(t)?,
+                        }
+                    }
+                    d.set_item(name, values)?;
+                }
                 _ => {
                     return Err(PyTypeError::new_err(format!(
                         "column {name:?} has a kind this version of the Python package cannot \
@@ -111,7 +123,7 @@ impl Loader {
     #[new]
     #[pyo3(signature = (source, *, batch_size=1, shuffle="none", seed=0, num_workers=0,
                         prefetch=2, drop_last=false, pin_memory=false, rank=0, world_size=1,
-                        epoch=0, transforms=None, on_error="raise", output=None))]
+                        epoch=0, transforms=None, on_error="raise", output=None, pad=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -129,6 +141,7 @@ impl Loader {
         transforms: Option<Vec<Bound<'_, PyAny>>>,
         on_error: &str,
         output: Option<Py<PyAny>>,
+        pad: bool,
     ) -> PyResult<Self> {
         let seed = u64::try_from(seed).map_err(|_| {
             errors::from_config(chute::ConfigError::new(
@@ -149,7 +162,8 @@ impl Loader {
             .distributed(count("rank", rank)?, count("world_size", world_size)?)
             .epoch(count("epoch", epoch)?)
             .pin_memory(pin_memory)
-            .on_error(on_error);
+            .on_error(on_error)
+            .pad(pad);
         // Each transform is a JSON op spec (str: native ops, no GIL) or (callable, takes_rng).
         for t in transforms.unwrap_or_default() {
             if let Ok(spec) = t.extract::<String>() {
@@ -279,6 +293,7 @@ impl Loader {
         d.set_item("world_size", o.world_size)?;
         d.set_item("pin_memory", o.pin_memory)?;
         d.set_item("on_error", o.on_error.to_string())?;
+        d.set_item("pad", o.pad)?;
         Ok(d)
     }
 

@@ -76,18 +76,54 @@ def test_decode_crop_flip_the_same_for_any_number_of_workers(tmp_path):
 
 def test_decode_and_resize_agree_with_pil(tmp_path):
     urls = write_shards(tmp_path, n=8)
-    ops = {"jpg": [{"op": "decode"}, {"op": "resize", "size": [48, 64]}]}
-    got = np.concatenate([b["jpg"] for b in chute.Loader(chute.webdataset(urls), batch_size=8,
-                                                          transforms=ops)])
     want = np.stack([
         np.asarray(Image.open(io.BytesIO(jpeg_bytes(picture(i)))).convert("RGB")
                    .resize((64, 48), Image.BILINEAR))
         for i in range(8)
-    ])
-    diff = np.abs(got.astype(np.int32) - want.astype(np.int32))
-    # Decoders round the IDCT and upsampling differently (libjpeg-turbo vs chute's decoder):
-    # the same picture within a few levels.
-    assert diff.mean() < 2.0, diff.mean()
+    ]).astype(np.int32)
+
+    def resized(reduced):
+        ops = {"jpg": [{"op": "decode", "reduced": reduced}, {"op": "resize", "size": [48, 64]}]}
+        loader = chute.Loader(chute.webdataset(urls), batch_size=8, transforms=ops)
+        return np.concatenate([b["jpg"] for b in loader]).astype(np.int32)
+
+    # Full-size decode (PIL's decoder, libjpeg-turbo), then antialiased bilinear resize: the
+    # resizers round differently.
+    exact = np.abs(resized(False) - want)
+    assert exact.mean() < 1.0, exact.mean()
+    # DCT-scaled decode (1/2 here) instead of a resize filter: the same picture, with
+    # different filtering at sharp edges (these pictures are sawtooth patterns).
+    scaled = np.abs(resized(True) - want)
+    assert scaled.mean() < 4.0, scaled.mean()
+
+
+def test_images_of_differing_sizes_come_as_a_list_or_padded_with_a_mask(tmp_path):
+    sizes = [(40, 56), (64, 48), (40, 56), (33, 70), (50, 50)]
+    pattern = str(tmp_path / "var-%06d.tar")
+    with wds.ShardWriter(pattern, maxcount=100) as sink:
+        for i, (h, w) in enumerate(sizes):
+            sink.write({"__key__": f"v{i}", "jpg": jpeg_bytes(picture(i, h, w))})
+    src = str(tmp_path / "var-000000.tar")
+    ops = {"jpg": [{"op": "decode"}]}
+    pil = [np.asarray(Image.open(io.BytesIO(jpeg_bytes(picture(i, h, w)))).convert("RGB"))
+           for i, (h, w) in enumerate(sizes)]
+
+    batches = list(chute.Loader(chute.webdataset(src), batch_size=4, transforms=ops))
+    images = [img for b in batches for img in b["jpg"]]
+    assert [img.shape for img in images] == [(h, w, 3) for h, w in sizes]
+    for got, want in zip(images, pil):
+        # libjpeg-turbo's decoder, as PIL's: the same pixels (zune-jpeg, in builds without it,
+        # rounds chroma upsampling differently).
+        assert np.abs(got.astype(np.int32) - want).mean() < 1.0
+
+    loader = chute.Loader(chute.webdataset(src), batch_size=4, transforms=ops, pad=True)
+    assert loader.pad is True
+    first = next(iter(loader))
+    assert first["jpg"].shape == (4, 64, 70, 3) and first["jpg_mask"].dtype == np.bool_
+    for k, (h, w) in enumerate(sizes[:4]):
+        assert np.array_equal(first["jpg"][k, :h, :w], images[k])
+        assert first["jpg_mask"][k, :h, :w].all() and first["jpg_mask"][k].sum() == h * w * 3
+        assert not first["jpg"][k][~first["jpg_mask"][k]].any()
 
 
 def test_truncated_jpeg_raises_with_its_key_or_is_skipped(tmp_path):

@@ -150,13 +150,25 @@ def test_bad_return_values_are_type_errors(source100):
         chute.Loader(source100, transforms=[42])
 
 
-def test_shapes_that_disagree_fail_the_batch(source100):
+def test_differing_shapes_come_as_a_list_or_padded_and_ranks_that_disagree_fail(source100):
     def ragged(sample):
-        sample["x"] = np.zeros(sample["__index__"] + 1)
+        sample["x"] = np.full(sample["__index__"] + 1, sample["__index__"], dtype=np.int32)
+        return sample
+
+    batch = next(iter(chute.Loader(source100, batch_size=4, transforms=ragged)))
+    assert [x.tolist() for x in batch["x"]] == [[i] * (i + 1) for i in range(4)]
+    loader = chute.Loader(source100, batch_size=4, transforms=ragged, pad=True)
+    assert loader.pad is True
+    batch = next(iter(loader))
+    assert batch["x"].shape == (4, 4) and batch["x_mask"].sum(axis=1).tolist() == [1, 2, 3, 4]
+    assert batch["x"][3].tolist() == [3, 3, 3, 3] and batch["x"][0].tolist() == [0, 0, 0, 0]
+
+    def ranks(sample):
+        sample["x"] = np.zeros((1,) * (sample["__index__"] + 1))
         return sample
 
     with pytest.raises(chute.ChuteError, match="collate"):
-        next(iter(chute.Loader(source100, batch_size=4, transforms=ragged)))
+        next(iter(chute.Loader(source100, batch_size=4, transforms=ranks)))
 
 
 def test_keyboard_interrupt_in_a_transform_is_not_skipped(source100):

@@ -59,6 +59,10 @@ pub(crate) struct LoaderArgs {
     /// {"op": "horizontal_flip"}], "cls": [{"op": "label"}]}`; see chute_ops::spec).
     #[arg(long, value_parser = parse_transform)]
     pub(crate) transform: Option<Pipeline>,
+    /// Arrays whose shapes differ within a batch: pad them with zeros to the batch's largest
+    /// shape and add a `<name>_mask` column (otherwise they come as a list, one per sample).
+    #[arg(long)]
+    pub(crate) pad: bool,
 }
 
 /// `--transform`: JSON text, or a file holding it.
@@ -98,6 +102,7 @@ impl LoaderArgs {
             epoch: self.epoch,
             pin_memory: self.pin_memory,
             on_error: self.on_error,
+            pad: self.pad,
         });
         let loader = match &self.transform {
             Some(t) => loader.transform(t.clone()),

@@ -124,6 +124,7 @@ fn loader_args(args: &DemoArgs, batch_size: usize, transform: Option<Pipeline>) 
         on_error: OnError::Raise,
         pin_memory: false,
         transform,
+        pad: false,
     }
 }
 

@@ -12,6 +12,9 @@ pub enum Column {
     Tensor(Tensor),
     /// Variable-length bytes or strings.
     Var(VarColumn),
+    /// Arrays whose shapes differ between samples (an image without a crop, say): one tensor
+    /// per sample, all of one dtype. Ask the loader for padding to get one tensor and a mask.
+    List(Vec<Tensor>),
 }
 
 impl Column {
@@ -19,7 +22,7 @@ impl Column {
     pub fn as_tensor(&self) -> Option<&Tensor> {
         match self {
             Column::Tensor(t) => Some(t),
-            Column::Var(_) => None,
+            Column::Var(_) | Column::List(_) => None,
         }
     }
 
@@ -28,6 +31,7 @@ impl Column {
         match self {
             Column::Tensor(t) => t.as_bytes().len(),
             Column::Var(v) => v.data.as_bytes().len() + v.offsets.as_bytes().len(),
+            Column::List(ts) => ts.iter().map(|t| t.as_bytes().len()).sum(),
         }
     }
 }

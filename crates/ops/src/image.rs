@@ -233,22 +233,31 @@ impl Image {
 
     /// Mirrors left to right, in place.
     pub fn flip_horizontal(&mut self) {
-        let c = self.channels;
-        for row in self.data.chunks_exact_mut(self.width * c) {
-            let (mut a, mut b) = (0, self.width.saturating_sub(1));
-            while a < b {
-                for k in 0..c {
-                    row.swap(a * c + k, b * c + k);
-                }
-                a += 1;
-                b -= 1;
-            }
-        }
+        flip_horizontal(&mut self.data, self.width, self.channels);
     }
 
     /// The pixels of `crop` (the whole image if `None`) resized to `height` x `width`, with
     /// antialiased bilinear filtering.
     pub fn resize(&self, crop: Option<Rect>, height: usize, width: usize) -> Result<Image, String> {
+        let mut data = vec![0; height * width * self.channels];
+        self.resize_into(crop, height, width, &mut data)?;
+        Ok(Image {
+            height,
+            width,
+            channels: self.channels,
+            data,
+        })
+    }
+
+    /// [`Image::resize`] into `dst` (`height * width * channels` bytes, e.g. a sample's slot
+    /// of a batch buffer).
+    pub fn resize_into(
+        &self,
+        crop: Option<Rect>,
+        height: usize,
+        width: usize,
+        dst: &mut [u8],
+    ) -> Result<(), String> {
         let crop = crop.unwrap_or(Rect {
             top: 0,
             left: 0,
@@ -260,9 +269,14 @@ impl Image {
             && crop.top + crop.height <= self.height
             && crop.left + crop.width <= self.width
         {
-            return Ok(self.crop(crop));
+            let row = width * self.channels;
+            for (y, out) in dst.chunks_exact_mut(row).take(height).enumerate() {
+                let at = ((crop.top + y) * self.width + crop.left) * self.channels;
+                out.copy_from_slice(&self.data[at..at + row]);
+            }
+            return Ok(());
         }
-        self.resize_f(
+        self.resize_f_into(
             [
                 crop.top as f64,
                 crop.left as f64,
@@ -271,12 +285,31 @@ impl Image {
             ],
             height,
             width,
+            dst,
         )
     }
 
     /// The region `[top, left, height, width]` (in pixels, fractions allowed) resized to
     /// `height` x `width`, with antialiased bilinear filtering.
     pub fn resize_f(&self, crop: [f64; 4], height: usize, width: usize) -> Result<Image, String> {
+        let mut data = vec![0; height * width * self.channels];
+        self.resize_f_into(crop, height, width, &mut data)?;
+        Ok(Image {
+            height,
+            width,
+            channels: self.channels,
+            data,
+        })
+    }
+
+    /// [`Image::resize_f`] into `dst` (`height * width * channels` bytes).
+    pub fn resize_f_into(
+        &self,
+        crop: [f64; 4],
+        height: usize,
+        width: usize,
+        dst: &mut [u8],
+    ) -> Result<(), String> {
         let [top, left, ch, cw] = crop;
         if height == 0 || width == 0 || !(ch > 0.0 && cw > 0.0) {
             return Err(format!(
@@ -292,19 +325,29 @@ impl Image {
         };
         let src = ImageRef::new(self.width as u32, self.height as u32, &self.data, pixel)
             .map_err(|e| format!("resize: {e}"))?;
-        let mut dst = FirImage::new(width as u32, height as u32, pixel);
+        let mut out = FirImage::from_slice_u8(width as u32, height as u32, dst, pixel)
+            .map_err(|e| format!("resize: {e}"))?;
         let options = ResizeOptions::new()
             .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
             .crop(left, top, cw, ch);
         RESIZER
-            .with(|r| r.borrow_mut().resize(&src, &mut dst, &options))
-            .map_err(|e| format!("resize: {e}"))?;
-        Ok(Image {
-            height,
-            width,
-            channels: self.channels,
-            data: dst.into_vec(),
-        })
+            .with(|r| r.borrow_mut().resize(&src, &mut out, &options))
+            .map_err(|e| format!("resize: {e}"))
+    }
+}
+
+/// Mirrors rows of `width` pixels of `channels` bytes left to right, in place.
+pub fn flip_horizontal(data: &mut [u8], width: usize, channels: usize) {
+    let c = channels;
+    for row in data.chunks_exact_mut((width * c).max(1)) {
+        let (mut a, mut b) = (0, width.saturating_sub(1));
+        while a < b {
+            for k in 0..c {
+                row.swap(a * c + k, b * c + k);
+            }
+            a += 1;
+            b -= 1;
+        }
     }
 }
 

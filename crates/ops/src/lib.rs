@@ -32,4 +32,4 @@ pub mod spec;
 mod transform;
 
 pub use spec::{BadData, FieldOps, Op, Pipeline};
-pub use transform::{Cast, Compose, Rename, Select, Transform};
+pub use transform::{Cast, Compose, Rename, Select, Slot, Transform};

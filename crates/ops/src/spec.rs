@@ -24,7 +24,7 @@
 //!
 //! | op | takes | gives |
 //! | --- | --- | --- |
-//! | `decode` (`mode`: `rgb` or `gray`) | JPEG or PNG bytes | image, `uint8 [H, W, C]` |
+//! | `decode` (`mode`: `rgb` or `gray`; `reduced`: default true, see [`Op::Decode`]) | JPEG or PNG bytes | image, `uint8 [H, W, C]` |
 //! | `resize` (`size`: shorter side, or `[h, w]`; `max_size`) | image | image |
 //! | `center_crop` (`size`) | image | image (zero-padded if larger) |
 //! | `random_resized_crop` (`size`, `scale` = `[0.08, 1]`, `ratio` = `[3/4, 4/3]`) | image | image |
@@ -50,8 +50,8 @@ use chute_core::{Array, BoxError, ConfigError, DType, Field, FieldName, Sample, 
 
 use serde::Deserialize;
 
-use crate::Transform;
 use crate::image::{self, ColorMode, Image};
+use crate::{Slot, Transform};
 
 /// An output size: one number (square, or the shorter side for `resize`) or `[h, w]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -94,6 +94,12 @@ pub enum Op {
         /// `rgb` (default) or `gray`.
         #[serde(default)]
         mode: ColorMode,
+        /// When a crop or resize follows, decode only the crop's region and at a reduced size
+        /// (JPEG DCT scaling to 1/2, 1/4, 1/8) where that still covers the output (default
+        /// true). `false` decodes the whole picture at full size first, as torchvision does:
+        /// slower, with pixels closer to torchvision's.
+        #[serde(default = "yes")]
+        reduced: bool,
     },
     /// torchvision's `Resize`: the shorter side to `size` (or exactly `[h, w]`).
     Resize {
@@ -258,6 +264,19 @@ enum FieldEntry {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pipeline {
     fields: Vec<FieldOps>,
+    /// Batch columns written in place (see [`Transform::slots`]).
+    slots: Vec<Slot>,
+    /// Per field: its slot index and the op that writes into the slot, if it has one.
+    direct: Vec<Option<Direct>>,
+}
+
+/// How a field with a fixed output shape is written into its batch slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Direct {
+    slot: usize,
+    /// The op whose output goes straight into the slot (later ops only flip it in place);
+    /// `None`: the final value is converted into the slot.
+    writer: Option<usize>,
 }
 
 impl Pipeline {
@@ -284,7 +303,31 @@ impl Pipeline {
                 })?;
             }
         }
-        Ok(Pipeline { fields })
+        let mut slots = Vec::new();
+        let direct = fields
+            .iter()
+            .map(|f| {
+                // Written in place only when the output's name and shape are known up front.
+                let name = f.output.clone().or_else(|| match &f.names[..] {
+                    [one] => Some(one.clone()),
+                    _ => None,
+                })?;
+                let (dtype, shape) = static_output(&f.ops)?;
+                if f.optional || slots.iter().any(|s: &Slot| s.name == name) {
+                    return None;
+                }
+                slots.push(Slot { name, dtype, shape });
+                Some(Direct {
+                    slot: slots.len() - 1,
+                    writer: writer(&f.ops),
+                })
+            })
+            .collect();
+        Ok(Pipeline {
+            fields,
+            slots,
+            direct,
+        })
     }
 
     /// Parses the JSON form (see the module docs).
@@ -340,6 +383,74 @@ impl FromStr for Pipeline {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Pipeline::from_json(s)
     }
+}
+
+/// The batch dtype and per-sample shape `ops` always produce, if fixed by the ops alone.
+fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
+    let (mut channels, mut size, mut dtype, mut chw) = (None, None, DType::U8, false);
+    let mut scalar = false;
+    for op in ops {
+        match op {
+            Op::Decode { mode, .. } => channels = Some(mode.channels()),
+            Op::Resize {
+                size: Size::Two([h, w]),
+                ..
+            } => size = Some((*h, *w)),
+            Op::Resize { .. } => size = None,
+            Op::CenterCrop { size: s } | Op::RandomResizedCrop { size: s, .. } => {
+                size = Some(s.square());
+            }
+            Op::HorizontalFlip { .. } => {}
+            Op::Normalize { mean, .. } => {
+                // A mean per channel that does not match is an error at run time.
+                if mean.len() != 1 && Some(mean.len()) != channels {
+                    return None;
+                }
+                dtype = DType::F32;
+            }
+            Op::Chw => chw = true,
+            Op::Cast { dtype: d } => dtype = DType::from_str(d).ok()?,
+            Op::Label => {
+                scalar = true;
+                dtype = DType::I64;
+            }
+            Op::Npy | Op::Text | Op::Json => return None,
+        }
+    }
+    if scalar {
+        return Some((dtype, Vec::new()));
+    }
+    let (c, (h, w)) = (channels?, size?);
+    Some((dtype, if chw { vec![c, h, w] } else { vec![h, w, c] }))
+}
+
+/// The op of `ops` that can write its output straight into the batch slot: a trailing
+/// `normalize` (optionally followed by `chw`), or the last resize/crop when only flips follow
+/// it.
+fn writer(ops: &[Op]) -> Option<usize> {
+    let last = ops.len().checked_sub(1)?;
+    match &ops[last] {
+        Op::Normalize { .. } => return Some(last),
+        Op::Chw if last > 0 && matches!(ops[last - 1], Op::Normalize { .. }) => {
+            return Some(last - 1);
+        }
+        _ => {}
+    }
+    let j = ops
+        .iter()
+        .rposition(|op| !matches!(op, Op::HorizontalFlip { .. }))?;
+    match &ops[j] {
+        Op::RandomResizedCrop { .. }
+        | Op::CenterCrop { .. }
+        | Op::Resize {
+            size: Size::Two(_), ..
+        } => Some(j),
+        _ => None,
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn check_params(op: &Op) -> Result<(), String> {
@@ -405,6 +516,12 @@ enum Value {
     },
     Array(Array),
     Text(Bytes),
+    /// An `h x w x c` `uint8` image (or the final value) already in the batch slot.
+    InSlot {
+        h: usize,
+        w: usize,
+        c: usize,
+    },
 }
 
 /// A sample whose data an op cannot use: an undecodable image, a label that is not a number,
@@ -423,18 +540,40 @@ impl std::error::Error for BadData {}
 
 impl Transform for Pipeline {
     fn apply(&self, sample: &mut Sample, rng: &mut SampleRng) -> Result<(), BoxError> {
-        self.apply_fields(sample, rng)
+        self.apply_fields(sample, rng, None)
             .map_err(|e| Box::new(BadData(e)) as BoxError)
     }
 
     fn name(&self) -> &str {
         "transform"
     }
+
+    /// Fields with a fixed output shape and name: image ops ending in a crop or a fixed-size
+    /// resize (then flips, normalize, chw, cast), and labels.
+    fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    fn apply_into(
+        &self,
+        sample: &mut Sample,
+        rng: &mut SampleRng,
+        out: &mut [&mut [u8]],
+    ) -> Result<(), BoxError> {
+        self.apply_fields(sample, rng, Some(out))
+            .map_err(|e| Box::new(BadData(e)) as BoxError)
+    }
 }
 
 impl Pipeline {
-    fn apply_fields(&self, sample: &mut Sample, rng: &mut SampleRng) -> Result<(), String> {
-        for f in &self.fields {
+    /// Runs every field's ops; with `out`, fields that have a slot are written into it.
+    fn apply_fields(
+        &self,
+        sample: &mut Sample,
+        rng: &mut SampleRng,
+        mut out: Option<&mut [&mut [u8]]>,
+    ) -> Result<(), String> {
+        for (f, direct) in self.fields.iter().zip(&self.direct) {
             let Some(name) = f.names.iter().find(|n| sample.get(n).is_some()) else {
                 if f.optional {
                     continue;
@@ -455,22 +594,44 @@ impl Pipeline {
                     return Err(format!("field {name:?} holds {other:?}, not bytes"));
                 }
             };
-            let out = run(&f.ops, value, rng).map_err(|e| format!("field {name:?}: {e}"))?;
-            let field = match out {
-                Value::Bytes(b) => Field::Bytes(b),
-                Value::Text(b) => Field::Text(b),
-                Value::Array(a) => Field::Array(a),
-                Value::Image(img) => Field::Array(Array::new(
-                    DType::U8,
-                    vec![img.height, img.width, img.channels],
-                    img.data.into(),
-                )),
-                Value::Float { h, w, c, data } => Field::Array(float_array(vec![h, w, c], &data)),
+            let in_slot = match (direct, out.as_deref_mut()) {
+                (Some(d), Some(out)) => Some((d, &mut *out[d.slot])),
+                _ => None,
             };
+            let context = |e: String| format!("field {name:?}: {e}");
+            if let Some((d, dst)) = in_slot {
+                let slot = &self.slots[d.slot];
+                let value =
+                    run(&f.ops, value, rng, Some((&mut *dst, d.writer))).map_err(context)?;
+                if !matches!(value, Value::InSlot { .. }) {
+                    let mut tmp = Sample::new(sample.index);
+                    tmp.set(FieldName::Owned(slot.name.clone()), into_field(value));
+                    slot.fill_from(&mut tmp, dst)
+                        .map_err(|e| context(e.to_string()))?;
+                }
+                continue;
+            }
+            let value = run(&f.ops, value, rng, None).map_err(context)?;
             let output = f.output.clone().unwrap_or(name);
-            sample.set(FieldName::Owned(output), field);
+            sample.set(FieldName::Owned(output), into_field(value));
         }
         Ok(())
+    }
+}
+
+/// A final value as a sample field.
+fn into_field(value: Value) -> Field {
+    match value {
+        Value::Bytes(b) => Field::Bytes(b),
+        Value::Text(b) => Field::Text(b),
+        Value::Array(a) => Field::Array(a),
+        Value::Image(img) => Field::Array(Array::new(
+            DType::U8,
+            vec![img.height, img.width, img.channels],
+            img.data.into(),
+        )),
+        Value::Float { h, w, c, data } => Field::Array(float_array(vec![h, w, c], &data)),
+        Value::InSlot { .. } => unreachable!("values in a slot are never fields"),
     }
 }
 
@@ -479,22 +640,47 @@ fn float_array(shape: Vec<usize>, data: &[f32]) -> Array {
     Array::new(DType::F32, shape, bytes.into())
 }
 
-/// Runs `ops` on `value` (already checked to fit together).
-fn run(ops: &[Op], mut value: Value, rng: &mut SampleRng) -> Result<Value, String> {
+/// A batch slot and the op that writes into it (see [`Direct`]).
+type SlotOut<'a> = Option<(&'a mut [u8], Option<usize>)>;
+
+/// The slot, when op `at` is the one that writes into it.
+fn slot_for<'s>(slot: &'s mut SlotOut<'_>, at: usize) -> Option<&'s mut [u8]> {
+    match slot {
+        Some((dst, Some(w))) if *w == at => Some(&mut **dst),
+        _ => None,
+    }
+}
+
+/// Runs `ops` on `value` (already checked to fit together). With `slot`, the writer op puts
+/// its output straight into the slot (the result is then [`Value::InSlot`]).
+fn run(
+    ops: &[Op],
+    mut value: Value,
+    rng: &mut SampleRng,
+    mut slot: SlotOut<'_>,
+) -> Result<Value, String> {
     let mut i = 0;
     while i < ops.len() {
         let op = &ops[i];
+        let here = i;
         i += 1;
         value = match (op, value) {
-            (Op::Decode { mode }, Value::Bytes(b)) => {
+            (Op::Decode { mode, reduced }, Value::Bytes(b)) => {
                 // Fused with the op after it where that lets the decoder shrink the work.
-                match ops.get(i) {
+                match ops.get(i).filter(|_| *reduced) {
                     Some(Op::RandomResizedCrop { size, scale, ratio }) => {
                         i += 1;
                         let (h, w) = image::image_size(&b)?;
                         let crop = image::random_resized_crop_params(h, w, *scale, *ratio, rng);
                         let (oh, ow) = size.square();
-                        Value::Image(decode_crop_resize(&b, *mode, (h, w), crop, (oh, ow))?)
+                        decode_crop_resize(
+                            &b,
+                            *mode,
+                            (h, w),
+                            crop,
+                            (oh, ow),
+                            slot_for(&mut slot, here + 1),
+                        )?
                     }
                     Some(Op::Resize { size, max_size }) => {
                         i += 1;
@@ -509,7 +695,14 @@ fn run(ops: &[Op], mut value: Value, rng: &mut SampleRng) -> Result<Value, Strin
                             height: h,
                             width: w,
                         };
-                        Value::Image(decode_crop_resize(&b, *mode, (h, w), full, (oh, ow))?)
+                        decode_crop_resize(
+                            &b,
+                            *mode,
+                            (h, w),
+                            full,
+                            (oh, ow),
+                            slot_for(&mut slot, here + 1),
+                        )?
                     }
                     _ => Value::Image(image::decode(&b, *mode, None)?),
                 }
@@ -519,24 +712,63 @@ fn run(ops: &[Op], mut value: Value, rng: &mut SampleRng) -> Result<Value, Strin
                     Size::One(n) => image::resize_shorter(img.height, img.width, *n, *max_size),
                     Size::Two([h, w]) => (*h, *w),
                 };
-                Value::Image(img.resize(None, oh, ow)?)
+                match slot_for(&mut slot, here) {
+                    Some(dst) => {
+                        img.resize_into(None, oh, ow, dst)?;
+                        Value::InSlot {
+                            h: oh,
+                            w: ow,
+                            c: img.channels,
+                        }
+                    }
+                    None => Value::Image(img.resize(None, oh, ow)?),
+                }
             }
             (Op::CenterCrop { size }, Value::Image(img)) => {
                 let (ch, cw) = size.square();
                 let (top, left) = image::center_crop_offsets(img.height, img.width, ch, cw);
-                Value::Image(img.padded_crop(top, left, ch, cw))
+                let cropped = img.padded_crop(top, left, ch, cw);
+                match slot_for(&mut slot, here) {
+                    Some(dst) => {
+                        dst.copy_from_slice(&cropped.data);
+                        Value::InSlot {
+                            h: ch,
+                            w: cw,
+                            c: img.channels,
+                        }
+                    }
+                    None => Value::Image(cropped),
+                }
             }
             (Op::RandomResizedCrop { size, scale, ratio }, Value::Image(img)) => {
                 let crop =
                     image::random_resized_crop_params(img.height, img.width, *scale, *ratio, rng);
                 let (oh, ow) = size.square();
-                Value::Image(img.resize(Some(crop), oh, ow)?)
+                match slot_for(&mut slot, here) {
+                    Some(dst) => {
+                        img.resize_into(Some(crop), oh, ow, dst)?;
+                        Value::InSlot {
+                            h: oh,
+                            w: ow,
+                            c: img.channels,
+                        }
+                    }
+                    None => Value::Image(img.resize(Some(crop), oh, ow)?),
+                }
             }
             (Op::HorizontalFlip { p }, Value::Image(mut img)) => {
                 if rng.chance(*p) {
                     img.flip_horizontal();
                 }
                 Value::Image(img)
+            }
+            (Op::HorizontalFlip { p }, Value::InSlot { h, w, c }) => {
+                if rng.chance(*p)
+                    && let Some((dst, _)) = &mut slot
+                {
+                    image::flip_horizontal(dst, w, c);
+                }
+                Value::InSlot { h, w, c }
             }
             (Op::Normalize { mean, std }, Value::Image(img)) => {
                 let c = img.channels;
@@ -546,31 +778,24 @@ fn run(ops: &[Op], mut value: Value, rng: &mut SampleRng) -> Result<Value, Strin
                         mean.len()
                     ));
                 }
-                // (x / 255 - mean) / std as one multiply-add per value.
-                let (scale, shift): (Vec<f32>, Vec<f32>) = (0..c)
-                    .map(|k| {
-                        let (m, s) = if mean.len() == 1 {
-                            (mean[0], std[0])
-                        } else {
-                            (mean[k], std[k])
-                        };
-                        (1.0 / (255.0 * s), -m / s)
-                    })
-                    .unzip();
-                let data = img
-                    .data
-                    .chunks_exact(c)
-                    .flat_map(|px| {
-                        (0..c)
-                            .map(|k| f32::from(px[k]) * scale[k] + shift[k])
-                            .collect::<Vec<_>>()
-                    })
-                    .collect();
-                Value::Float {
-                    h: img.height,
-                    w: img.width,
-                    c,
-                    data,
+                let (h, w) = (img.height, img.width);
+                match slot_for(&mut slot, here) {
+                    Some(dst) => {
+                        // Straight into the slot, as [C, H, W] when chw follows.
+                        let chw = matches!(ops.get(i), Some(Op::Chw));
+                        if chw {
+                            i += 1;
+                        }
+                        normalize(&img, mean, std, chw, |at, v| {
+                            dst[at * 4..at * 4 + 4].copy_from_slice(&v.to_le_bytes());
+                        });
+                        Value::InSlot { h, w, c }
+                    }
+                    None => {
+                        let mut data = vec![0f32; h * w * c];
+                        normalize(&img, mean, std, false, |at, v| data[at] = v);
+                        Value::Float { h, w, c, data }
+                    }
                 }
             }
             (Op::Chw, Value::Image(img)) => Value::Array(Array::new(
@@ -639,30 +864,77 @@ fn run(ops: &[Op], mut value: Value, rng: &mut SampleRng) -> Result<Value, Strin
 }
 
 /// Decodes `data` (an `h` x `w` image) and resizes its region `crop` to `out`, letting the
-/// decoder work at a reduced size and on the crop's region alone where it can.
+/// decoder work at a reduced size and on the crop's region alone where it can. With `dst`,
+/// the result goes there (a batch slot) instead of into a new image.
 fn decode_crop_resize(
     data: &[u8],
     mode: ColorMode,
     (h, w): (usize, usize),
     crop: image::Rect,
     (oh, ow): (usize, usize),
-) -> Result<Image, String> {
-    if image::sniff(data) == Some(image::ImageFormat::Jpeg)
-        && let Some((img, at)) = crate::jpeg::decode_crop(data, mode, (h, w), crop, (oh, ow))?
-    {
-        let [top, left, ch, cw] = at;
-        if [top, left, ch, cw].iter().all(|v| v.fract() == 0.0) {
-            let rect = image::Rect {
-                top: top as usize,
-                left: left as usize,
-                height: ch as usize,
-                width: cw as usize,
-            };
-            return img.resize(Some(rect), oh, ow);
+    dst: Option<&mut [u8]>,
+) -> Result<Value, String> {
+    let (img, at) = match crate::jpeg::decode_crop(data, mode, (h, w), crop, (oh, ow))? {
+        Some(decoded) if image::sniff(data) == Some(image::ImageFormat::Jpeg) => decoded,
+        _ => {
+            let img = image::decode(data, mode, None)?;
+            let at = [
+                crop.top as f64,
+                crop.left as f64,
+                crop.height as f64,
+                crop.width as f64,
+            ];
+            (img, at)
         }
-        return img.resize_f(at, oh, ow);
+    };
+    let c = img.channels;
+    let resize_into = |dst: &mut [u8]| {
+        if at.iter().all(|v| v.fract() == 0.0) {
+            let rect = image::Rect {
+                top: at[0] as usize,
+                left: at[1] as usize,
+                height: at[2] as usize,
+                width: at[3] as usize,
+            };
+            img.resize_into(Some(rect), oh, ow, dst)
+        } else {
+            img.resize_f_into(at, oh, ow, dst)
+        }
+    };
+    match dst {
+        Some(dst) => {
+            resize_into(dst)?;
+            Ok(Value::InSlot { h: oh, w: ow, c })
+        }
+        None => {
+            let mut out = Image::zeros(oh, ow, c);
+            resize_into(&mut out.data)?;
+            Ok(Value::Image(out))
+        }
     }
-    image::decode(data, mode, None)?.resize(Some(crop), oh, ow)
+}
+
+/// `ToTensor` + `Normalize`: `(x / 255 - mean) / std` per channel, as one multiply-add per
+/// value; `put(index, value)` receives each value at its `[H, W, C]` (or `[C, H, W]`) index.
+fn normalize(img: &Image, mean: &[f32], std: &[f32], chw: bool, mut put: impl FnMut(usize, f32)) {
+    let c = img.channels;
+    let (scale, shift): (Vec<f32>, Vec<f32>) = (0..c)
+        .map(|k| {
+            let (m, s) = if mean.len() == 1 {
+                (mean[0], std[0])
+            } else {
+                (mean[k], std[k])
+            };
+            (1.0 / (255.0 * s), -m / s)
+        })
+        .unzip();
+    let plane = img.height * img.width;
+    for (p, px) in img.data.chunks_exact(c).enumerate() {
+        for k in 0..c {
+            let at = if chw { k * plane + p } else { p * c + k };
+            put(at, f32::from(px[k]) * scale[k] + shift[k]);
+        }
+    }
 }
 
 /// `[H, W, C]` elements of `size` bytes to `[C, H, W]`.
@@ -858,6 +1130,71 @@ pub(crate) mod tests {
             diffs.iter().max()
         );
         assert!(mean < 1.0, "mean difference {mean}");
+    }
+
+    #[test]
+    fn writing_into_slots_gives_what_apply_gives() {
+        let cases = [
+            // decode + crop fused, flips in place in the slot
+            r#"{"jpg": [{"op": "decode"}, {"op": "random_resized_crop", "size": 24},
+                        {"op": "horizontal_flip", "p": 0.5}], "cls": [{"op": "label"}]}"#,
+            // normalize (+ chw) writes float32 straight into the slot
+            r#"{"jpg": [{"op": "decode"}, {"op": "resize", "size": [20, 30]},
+                        {"op": "horizontal_flip"},
+                        {"op": "normalize", "mean": [0.4, 0.5, 0.6], "std": [0.2, 0.2, 0.3]},
+                        {"op": "chw"}]}"#,
+            r#"{"jpg": [{"op": "decode", "mode": "gray"}, {"op": "resize", "size": 40},
+                        {"op": "center_crop", "size": 32}, {"op": "cast", "dtype": "float32"}]}"#,
+            r#"{"jpg": {"ops": [{"op": "decode"}, {"op": "center_crop", "size": [70, 10]}],
+                        "as": "image"}}"#,
+        ];
+        for spec in cases {
+            let p = Pipeline::from_json(spec).unwrap();
+            assert!(!p.slots().is_empty(), "{spec}");
+            for index in 0..6 {
+                let mut s = sample(jpeg(60, 80));
+                s.index = index;
+                s.set("cls", Field::Bytes(Bytes::from_static(b"7")));
+                let mut want = s.clone();
+                p.apply(&mut want, &mut SampleRng::for_sample(1, 2, index))
+                    .unwrap();
+                let mut bufs: Vec<Vec<u8>> =
+                    p.slots().iter().map(|sl| vec![0xAB; sl.nbytes()]).collect();
+                let mut out: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                p.apply_into(&mut s, &mut SampleRng::for_sample(1, 2, index), &mut out)
+                    .unwrap();
+                for (slot, got) in p.slots().iter().zip(&bufs) {
+                    assert!(
+                        s.get(&slot.name).is_none(),
+                        "{} went to the slot",
+                        slot.name
+                    );
+                    let Some(Field::Array(a)) = want.get(&slot.name) else {
+                        panic!("{spec}: no {}", slot.name)
+                    };
+                    assert_eq!(
+                        (a.out_dtype(), &a.shape),
+                        (slot.dtype, &slot.shape),
+                        "{spec}"
+                    );
+                    let mut expect = vec![0u8; slot.nbytes()];
+                    chute_core::cast_into(a.dtype, &a.data, slot.dtype, &mut expect);
+                    assert_eq!(got, &expect, "{spec}, sample {index}");
+                }
+            }
+        }
+        // Shapes that depend on the image get no slot.
+        for spec in [
+            r#"{"jpg": [{"op": "decode"}, {"op": "resize", "size": 30}]}"#,
+            r#"{"jpg;png": [{"op": "decode"}, {"op": "center_crop", "size": 8}]}"#,
+            r#"{"jpg": {"ops": [{"op": "decode"}, {"op": "center_crop", "size": 8}],
+                        "optional": true}}"#,
+        ] {
+            assert!(
+                Pipeline::from_json(spec).unwrap().slots().is_empty(),
+                "{spec}"
+            );
+        }
     }
 
     #[test]

@@ -22,6 +22,69 @@ pub trait Transform: Send + Sync + 'static {
     fn name(&self) -> &str {
         "transform"
     }
+
+    /// Fields whose final value this transform can write straight into the batch: the batcher
+    /// then hands [`Transform::apply_into`] each sample's slot of those columns, and no
+    /// per-sample copy of the value is made after the last op. Empty (the default) means
+    /// every field goes through the sample.
+    fn slots(&self) -> &[Slot] {
+        &[]
+    }
+
+    /// [`Transform::apply`], except that the fields listed by [`Transform::slots`] are written
+    /// into `out` (one slice per slot, in order, each `Slot::nbytes` long) instead of being
+    /// set on the sample. Called only when `slots()` is non-empty. The default applies and
+    /// then moves the fields into their slots.
+    fn apply_into(
+        &self,
+        sample: &mut Sample,
+        rng: &mut SampleRng,
+        out: &mut [&mut [u8]],
+    ) -> Result<(), BoxError> {
+        self.apply(sample, rng)?;
+        for (slot, dst) in self.slots().iter().zip(out.iter_mut()) {
+            slot.fill_from(sample, dst)?;
+        }
+        Ok(())
+    }
+}
+
+/// A field a transform writes straight into the batch: its name and per-sample dtype and
+/// shape (fixed, so every sample's slot has the same size).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    /// Output field (batch column) name.
+    pub name: String,
+    /// dtype in the batch.
+    pub dtype: DType,
+    /// Per-sample shape.
+    pub shape: Vec<usize>,
+}
+
+impl Slot {
+    /// Bytes of one sample's value.
+    pub fn nbytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size()
+    }
+
+    /// Moves field `name` out of `sample` into `dst`, converting its dtype; an error if it is
+    /// missing or not an array of this slot's shape.
+    pub fn fill_from(&self, sample: &mut Sample, dst: &mut [u8]) -> Result<(), BoxError> {
+        match sample.remove(&self.name) {
+            Some(Field::Array(a)) if a.shape == self.shape => {
+                check_cast(a.dtype, self.dtype)?;
+                chute_core::cast_into(a.dtype, &a.data, self.dtype, dst);
+                Ok(())
+            }
+            Some(Field::Array(a)) => Err(format!(
+                "field {:?} is {} {:?}, but its batch column is {} {:?}",
+                self.name, a.dtype, a.shape, self.dtype, self.shape
+            )
+            .into()),
+            Some(_) => Err(format!("field {:?} is not an array", self.name).into()),
+            None => Err(format!("the transform did not produce field {:?}", self.name).into()),
+        }
+    }
 }
 
 impl<F> Transform for F
@@ -89,6 +152,26 @@ impl Transform for Compose {
 
     fn name(&self) -> &str {
         "compose"
+    }
+
+    /// The last step's slots: it is the one that writes the final values.
+    fn slots(&self) -> &[Slot] {
+        self.steps.last().map_or(&[], |t| t.slots())
+    }
+
+    fn apply_into(
+        &self,
+        sample: &mut Sample,
+        rng: &mut SampleRng,
+        out: &mut [&mut [u8]],
+    ) -> Result<(), BoxError> {
+        let Some((last, first)) = self.steps.split_last() else {
+            return Ok(());
+        };
+        for t in first {
+            t.apply(sample, rng)?;
+        }
+        last.apply_into(sample, rng, out)
     }
 }
 

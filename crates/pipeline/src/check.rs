@@ -44,6 +44,7 @@ impl StreamDigest {
             let tensors = match col {
                 Column::Tensor(t) => vec![t],
                 Column::Var(v) => vec![&v.offsets, &v.data],
+                Column::List(ts) => ts.iter().collect(),
                 _ => vec![],
             };
             for t in tensors {

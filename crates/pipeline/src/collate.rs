@@ -6,10 +6,13 @@ use chute_core::{
 };
 
 /// Collates `samples` (all non-empty batches) into columns named after the first sample's
-/// fields. Every sample must have the same fields; arrays must agree in shape and dtype.
+/// fields. Every sample must have the same fields; arrays must agree in dtype and number of
+/// dimensions. Arrays of differing shapes become a [`Column::List`], or with `pad` one
+/// zero-padded tensor plus a `<name>_mask` column.
 pub(crate) fn collate(
     samples: &[Sample],
     pool: &BufferPool,
+    pad: bool,
 ) -> Result<Vec<(String, Column)>, Error> {
     let first = &samples[0];
     for s in &samples[1..] {
@@ -20,7 +23,19 @@ pub(crate) fn collate(
     let mut columns = Vec::with_capacity(first.fields.len());
     for (j, (name, field)) in first.fields.iter().enumerate() {
         let column = match field {
-            Field::Array(a) => collate_arrays(samples, j, name, a, pool)?,
+            Field::Array(a) => {
+                let arrays = arrays(samples, j, name, a)?;
+                if arrays.iter().all(|x| x.shape == a.shape) {
+                    collate_arrays(&arrays, a, pool)
+                } else if pad {
+                    let (values, mask) = collate_padded(&arrays, a, pool);
+                    columns.push((name.to_string(), values));
+                    columns.push((format!("{name}_mask"), mask));
+                    continue;
+                } else {
+                    collate_list(&arrays, a, pool)
+                }
+            }
             Field::Bytes(_) => collate_var(samples, j, name, false, pool)?,
             Field::Text(_) => collate_var(samples, j, name, true, pool)?,
             _ => {
@@ -44,44 +59,116 @@ fn field<'a>(s: &'a Sample, j: usize, name: &str) -> Option<&'a Field> {
     }
 }
 
-fn collate_arrays(
-    samples: &[Sample],
+/// Field `j` (`name`) of every sample, checked to be arrays of `proto`'s output dtype and
+/// number of dimensions.
+fn arrays<'a>(
+    samples: &'a [Sample],
     j: usize,
     name: &str,
     proto: &Array,
-    pool: &BufferPool,
-) -> Result<Column, Error> {
+) -> Result<Vec<&'a Array>, Error> {
+    let out = proto.out_dtype();
+    samples
+        .iter()
+        .map(|s| {
+            let a = match field(s, j, name) {
+                Some(Field::Array(a)) => a,
+                Some(_) => return Err(kind_mismatch(s, name, "a numeric array")),
+                None => return Err(missing(s, name)),
+            };
+            if a.shape.len() != proto.shape.len() || a.out_dtype() != out {
+                return Err(Error::Collate {
+                    sample: sample_ref(s),
+                    reason: format!(
+                        "field {name:?} is {} {:?}, but the batch's first sample has {} {:?}; \
+                         a column needs one dtype and one number of dimensions",
+                        a.out_dtype(),
+                        a.shape,
+                        out,
+                        proto.shape
+                    ),
+                });
+            }
+            Ok(a)
+        })
+        .collect()
+}
+
+/// Arrays of one shape: one `[B, ...]` tensor.
+fn collate_arrays(arrays: &[&Array], proto: &Array, pool: &BufferPool) -> Column {
     let out = proto.out_dtype();
     let row = proto.out_len();
     let mut shape = Vec::with_capacity(proto.shape.len() + 1);
-    shape.push(samples.len());
+    shape.push(arrays.len());
     shape.extend_from_slice(&proto.shape);
-    let mut buf = pool.take(row * samples.len());
-    for (s, dst) in samples
+    let mut buf = pool.take(row * arrays.len());
+    for (a, dst) in arrays
         .iter()
         .zip(buf.as_mut_slice().chunks_exact_mut(row.max(1)))
     {
-        let a = match field(s, j, name) {
-            Some(Field::Array(a)) => a,
-            Some(_) => return Err(kind_mismatch(s, name, "a numeric array")),
-            None => return Err(missing(s, name)),
-        };
-        if a.shape != proto.shape || a.out_dtype() != out {
-            return Err(Error::Collate {
-                sample: sample_ref(s),
-                reason: format!(
-                    "field {name:?} is {} {:?}, but the batch's first sample has {} {:?}; \
-                     resize or crop to a fixed shape, or emit it as bytes",
-                    a.out_dtype(),
-                    a.shape,
-                    out,
-                    proto.shape
-                ),
-            });
-        }
         cast_into(a.dtype, &a.data, out, &mut dst[..row]);
     }
-    Ok(Column::Tensor(Tensor::new(out, shape, buf)))
+    Column::Tensor(Tensor::new(out, shape, buf))
+}
+
+/// Arrays of differing shapes, one tensor each.
+fn collate_list(arrays: &[&Array], proto: &Array, pool: &BufferPool) -> Column {
+    let out = proto.out_dtype();
+    let tensors = arrays
+        .iter()
+        .map(|a| {
+            let mut buf = pool.take(a.out_len());
+            cast_into(a.dtype, &a.data, out, buf.as_mut_slice());
+            Tensor::new(out, a.shape.clone(), buf)
+        })
+        .collect();
+    Column::List(tensors)
+}
+
+/// Arrays of differing shapes zero-padded to the largest extent of every dimension, and the
+/// mask of real values.
+fn collate_padded(arrays: &[&Array], proto: &Array, pool: &BufferPool) -> (Column, Column) {
+    let out = proto.out_dtype();
+    let size = out.size();
+    let mut max = vec![0usize; proto.shape.len()];
+    for a in arrays {
+        for (m, &d) in max.iter_mut().zip(&a.shape) {
+            *m = (*m).max(d);
+        }
+    }
+    let row: usize = max.iter().product();
+    let mut shape = Vec::with_capacity(max.len() + 1);
+    shape.push(arrays.len());
+    shape.extend_from_slice(&max);
+    let mut values = pool.take(row * size * arrays.len());
+    let mut mask = pool.take(row * arrays.len());
+    values.as_mut_slice().fill(0);
+    mask.as_mut_slice().fill(0);
+    let mut converted = Vec::new();
+    for (i, a) in arrays.iter().enumerate() {
+        converted.resize(a.out_len(), 0);
+        cast_into(a.dtype, &a.data, out, &mut converted);
+        // Copy runs of the innermost dimension to their padded positions.
+        let inner = a.shape.last().copied().unwrap_or(1);
+        let runs = a.shape.iter().rev().skip(1).product::<usize>();
+        for r in 0..runs {
+            // The run's index in the array's shape, then its offset in the padded shape.
+            let (mut rem, mut at, mut stride) = (r, 0, max.last().copied().unwrap_or(1));
+            for (d, &n) in a.shape.iter().enumerate().rev().skip(1) {
+                at += (rem % n) * stride;
+                rem /= n;
+                stride *= max[d];
+            }
+            let dst = i * row + at;
+            values.as_mut_slice()[dst * size..(dst + inner) * size]
+                .copy_from_slice(&converted[r * inner * size..(r + 1) * inner * size]);
+            mask.as_mut_slice()[dst..dst + inner].fill(1);
+        }
+    }
+    (
+        Column::Tensor(Tensor::new(out, shape.clone(), values)),
+        Column::Tensor(Tensor::new(chute_core::DType::Bool, shape, mask)),
+    )
 }
 
 fn collate_var(
@@ -169,6 +256,7 @@ mod tests {
         let cols = collate(
             &[sample(0, &[1, 2], "ab"), sample(1, &[3, 65535], "")],
             &pool,
+            false,
         )
         .unwrap();
         let t = cols[0].1.as_tensor().unwrap();
@@ -183,9 +271,65 @@ mod tests {
     }
 
     #[test]
-    fn shape_mismatch_names_sample_and_field() {
+    fn differing_shapes_are_listed_or_padded_with_a_mask() {
         let pool = BufferPool::new(8);
-        let e = collate(&[sample(0, &[1, 2], "a"), sample(7, &[1], "b")], &pool).unwrap_err();
+        let batch = [
+            sample(0, &[1, 2], "a"),
+            sample(7, &[3], "b"),
+            sample(8, &[], "c"),
+        ];
+        let cols = collate(&batch, &pool, false).unwrap();
+        let Column::List(ts) = &cols[0].1 else {
+            panic!("{:?}", cols[0].1)
+        };
+        let got: Vec<&[i64]> = ts.iter().map(|t| t.as_slice::<i64>().unwrap()).collect();
+        assert_eq!(got, [&[1, 2][..], &[3], &[]]);
+
+        let cols = collate(&batch, &pool, true).unwrap();
+        let names: Vec<&str> = cols.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["tokens", "tokens_mask", "text"]);
+        let values = cols[0].1.as_tensor().unwrap();
+        assert_eq!(values.shape(), [3, 2]);
+        assert_eq!(values.as_slice::<i64>().unwrap(), [1, 2, 3, 0, 0, 0]);
+        let mask = cols[1].1.as_tensor().unwrap();
+        assert_eq!(mask.dtype(), DType::Bool);
+        assert_eq!(mask.as_bytes(), [1, 1, 1, 0, 0, 0]);
+    }
+
+    #[test]
+    fn padding_places_every_row_of_a_2d_array() {
+        let pool = BufferPool::new(8);
+        let a = |i: u64, h: usize, w: usize| {
+            let data: Vec<u8> = (0..(h * w) as u8).map(|v| v + 1).collect();
+            Sample::new(i).with(
+                "img",
+                Field::Array(Array::new(DType::U8, vec![h, w], data.into())),
+            )
+        };
+        let cols = collate(&[a(0, 2, 3), a(1, 3, 1)], &pool, true).unwrap();
+        let values = cols[0].1.as_tensor().unwrap();
+        assert_eq!(values.shape(), [2, 3, 3]);
+        #[rustfmt::skip]
+        assert_eq!(values.as_bytes(), [
+            1, 2, 3,  4, 5, 6,  0, 0, 0,
+            1, 0, 0,  2, 0, 0,  3, 0, 0,
+        ]);
+        let mask = cols[1].1.as_tensor().unwrap();
+        assert_eq!(
+            mask.as_bytes(),
+            [1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0]
+        );
+    }
+
+    #[test]
+    fn dtype_or_rank_mismatch_names_sample_and_field() {
+        let pool = BufferPool::new(8);
+        let mut odd = sample(7, &[1], "b");
+        odd.set(
+            "tokens",
+            Field::Array(Array::new(DType::U8, vec![1, 1], Bytes::from_static(&[1]))),
+        );
+        let e = collate(&[sample(0, &[1, 2], "a"), odd], &pool, false).unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("sample 7") && msg.contains("tokens"), "{msg}");
     }

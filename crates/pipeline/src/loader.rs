@@ -44,6 +44,12 @@ pub struct LoaderOptions {
     pub pin_memory: bool,
     /// What to do with a sample that fails to read or transform. Default [`OnError::Raise`].
     pub on_error: OnError,
+    /// Arrays whose shapes differ within a batch: `false` delivers them as a
+    /// [`Column::List`](chute_core::Column::List) of per-sample tensors; `true` pads them with
+    /// zeros (at the end of every dimension) to the batch's largest shape, in one tensor, and
+    /// adds a `<name>_mask` column (`bool`, the same shape, true where a value is real).
+    /// Default false.
+    pub pad: bool,
 }
 
 impl Default for LoaderOptions {
@@ -60,6 +66,7 @@ impl Default for LoaderOptions {
             epoch: 0,
             pin_memory: false,
             on_error: OnError::Raise,
+            pad: false,
         }
     }
 }
@@ -139,6 +146,12 @@ impl LoaderBuilder {
     /// What to do with a sample that fails (see [`OnError`]).
     pub fn on_error(mut self, e: OnError) -> Self {
         self.options.on_error = e;
+        self
+    }
+
+    /// Pad arrays of differing shapes and add a mask (see [`LoaderOptions::pad`]).
+    pub fn pad(mut self, pad: bool) -> Self {
+        self.options.pad = pad;
         self
     }
 
@@ -473,6 +486,7 @@ impl Loader {
             stats: Arc::clone(&self.stats),
             cancel: AtomicBool::new(false),
             on_error: self.options.on_error,
+            pad: self.options.pad,
         };
         self.run = Some(Run::start(
             job,

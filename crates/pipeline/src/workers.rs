@@ -16,7 +16,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use chute_core::{Batch, BufferPool, Error, OnError, Plan, Sample, SampleRef, SampleRng, Source};
+use chute_core::{
+    Batch, BufferPool, Column, Error, OnError, Plan, Sample, SampleRef, SampleRng, Source, Tensor,
+};
 use chute_ops::Transform;
 
 use crate::collate::collate;
@@ -36,6 +38,8 @@ pub(crate) struct Job {
     pub(crate) stats: Arc<Stats>,
     pub(crate) cancel: AtomicBool,
     pub(crate) on_error: OnError,
+    /// Pad arrays of differing shapes (with a mask column) instead of listing them.
+    pub(crate) pad: bool,
 }
 
 /// With `on_error = skip`, how many following samples are tried in place of a failed one
@@ -72,7 +76,7 @@ impl Job {
             self.check_cancel(*id)?;
             let sample = match self.read(*id) {
                 Ok(s) => s,
-                Err(e) => self.replace(i, e, false)?,
+                Err(e) => self.replace(i, e, false, &mut [])?,
             };
             *id = sample.index;
             samples.push(sample);
@@ -80,20 +84,48 @@ impl Job {
         let t1 = Instant::now();
         self.stats.stage(StageKind::Read, t1 - t0, hi - lo);
 
+        // Columns the transform writes in place: each sample's final pixels go straight
+        // into its slot of the batch buffer.
+        let mut direct = Vec::new();
         if let Some(t) = &self.transform {
+            let slots = t.slots();
+            let n = samples.len();
+            let mut bufs: Vec<_> = slots
+                .iter()
+                .map(|s| self.pool.take(s.nbytes() * n))
+                .collect();
             for (k, s) in samples.iter_mut().enumerate() {
                 self.check_cancel(s.index)?;
-                if let Err(e) = self.transform_one(t.as_ref(), s) {
-                    let r = self.replace(lo + k as u64, e, true)?;
+                let mut out: Vec<&mut [u8]> = bufs
+                    .iter_mut()
+                    .zip(slots)
+                    .map(|(b, slot)| {
+                        let row = slot.nbytes();
+                        &mut b.as_mut_slice()[k * row..(k + 1) * row]
+                    })
+                    .collect();
+                if let Err(e) = self.transform_one(t.as_ref(), s, &mut out) {
+                    let r = self.replace(lo + k as u64, e, true, &mut out)?;
                     ids[k] = r.index;
                     *s = r;
                 }
+            }
+            for (slot, buf) in slots.iter().zip(bufs) {
+                let mut shape = Vec::with_capacity(slot.shape.len() + 1);
+                shape.push(n);
+                shape.extend_from_slice(&slot.shape);
+                direct.push((
+                    slot.name.clone(),
+                    Column::Tensor(Tensor::new(slot.dtype, shape, buf)),
+                ));
             }
         }
         let t2 = Instant::now();
         self.stats.stage(StageKind::Transform, t2 - t1, hi - lo);
 
-        let columns = collate(&samples, &self.pool).map_err(|e| self.with_shard(e))?;
+        let mut columns =
+            collate(&samples, &self.pool, self.pad).map_err(|e| self.with_shard(e))?;
+        columns.extend(direct);
         self.stats.stage(StageKind::Collate, t2.elapsed(), 1);
         Ok(Batch {
             columns,
@@ -140,10 +172,23 @@ impl Job {
             .map_err(|e| self.with_shard(e))
     }
 
-    /// Runs the transform on `s` with the sample's own RNG.
-    fn transform_one(&self, t: &dyn Transform, s: &mut Sample) -> Result<(), Error> {
+    /// Runs the transform on `s` with the sample's own RNG, writing the transform's slots
+    /// (if it has any) into `out`.
+    fn transform_one(
+        &self,
+        t: &dyn Transform,
+        s: &mut Sample,
+        out: &mut [&mut [u8]],
+    ) -> Result<(), Error> {
         let mut rng = SampleRng::for_sample(self.seed, self.epoch, s.index);
-        match catch_unwind(AssertUnwindSafe(|| t.apply(s, &mut rng))) {
+        let run = || {
+            if out.is_empty() {
+                t.apply(s, &mut rng)
+            } else {
+                t.apply_into(s, &mut rng, out)
+            }
+        };
+        match catch_unwind(AssertUnwindSafe(run)) {
             Ok(Ok(())) => Ok(()),
             Ok(Err(source)) => Err(Error::Transform {
                 sample: self.describe(s.index, s.key.clone()),
@@ -157,7 +202,13 @@ impl Job {
     /// failure, then returns the sample at the next plan position that reads (and, if
     /// `transform`, transforms) cleanly, wrapping around the epoch. The replacement depends
     /// only on the plan and the data, so the stream stays deterministic and the batch full.
-    fn replace(&self, i: u64, error: Error, transform: bool) -> Result<Sample, Error> {
+    fn replace(
+        &self,
+        i: u64,
+        error: Error,
+        transform: bool,
+        out: &mut [&mut [u8]],
+    ) -> Result<Sample, Error> {
         if self.on_error == OnError::Raise {
             return Err(error);
         }
@@ -168,7 +219,7 @@ impl Job {
             let id = self.plan.get((i + k) % len);
             let mut r = self.read(id);
             if let (Ok(s), true, Some(t)) = (&mut r, transform, &self.transform)
-                && let Err(e) = self.transform_one(t.as_ref(), s)
+                && let Err(e) = self.transform_one(t.as_ref(), s, out)
             {
                 r = Err(e);
             }

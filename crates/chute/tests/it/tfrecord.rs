@@ -158,10 +158,10 @@ fn bad_records_fail_or_are_skipped_as_on_the_sample_path() {
         let (fast, slow) = both_paths(&paths, &projected, shuffle, OnError::Raise);
         let e = fast.unwrap_err();
         assert_eq!(Err(e.clone()), slow, "{shuffle}");
-        // Skipping covers reads, not collation: record 8 still fails its batch.
+        // Record 8's odd length is no error: its batch carries `x` as a list of arrays.
         let (fast, slow) = both_paths(&paths, &projected, shuffle, OnError::Skip);
         assert_eq!(fast, slow, "{shuffle}");
-        assert!(fast.unwrap_err().contains("float32 [7]"));
+        assert_eq!(fast.unwrap().len(), 14);
         let (fast, slow) = both_paths(&missing_only, &projected, shuffle, OnError::Skip);
         assert_eq!(fast, slow, "{shuffle}");
         assert_eq!(fast.unwrap().len(), 14);
