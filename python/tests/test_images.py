@@ -87,10 +87,10 @@ def test_decode_and_resize_agree_with_pil(tmp_path):
         loader = chute.Loader(chute.webdataset(urls), batch_size=8, transforms=ops)
         return np.concatenate([b["jpg"] for b in loader]).astype(np.int32)
 
-    # Full-size decode (PIL's decoder, libjpeg-turbo), then antialiased bilinear resize: the
-    # resizers round differently.
+    # Full-size decode, then antialiased bilinear resize: the resizers round differently (and
+    # builds without libjpeg's SIMD decode full-size images with zune-jpeg).
     exact = np.abs(resized(False) - want)
-    assert exact.mean() < 1.0, exact.mean()
+    assert exact.mean() < 2.0, exact.mean()
     # DCT-scaled decode (1/2 here) instead of a resize filter: the same picture, with
     # different filtering at sharp edges (these pictures are sawtooth patterns).
     scaled = np.abs(resized(True) - want)
