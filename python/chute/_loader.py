@@ -80,9 +80,10 @@ class Loader:
       iteration may continue with the next batch) or ``"skip"`` (the sample is replaced by
       the next one in the order; counted in ``stats()``).
     - ``pad``: arrays whose shapes differ within a batch (images decoded without a crop, say)
-      come as a list of arrays, one per sample (``False``, the default), or zero-padded to
-      the batch's largest shape in one array plus a ``"<name>_mask"`` bool array that is true
-      where a value is real (``True``).
+      come as a list of arrays, one per sample (``False``, the default; a batch whose arrays
+      happen to share a shape comes as one array), or zero-padded to the batch's largest shape
+      in one array plus a ``"<name>_mask"`` bool array that is true where a value is real
+      (``True``: every array field of one or more dimensions then has its mask, in every batch).
     - ``output``: ``"numpy"`` (default), ``"torch"`` (``torch.from_dlpack``), ``"jax"``
       (``jax.numpy.from_dlpack``) or ``"dlpack"`` (the ``chute.Tensor`` objects, which
       implement ``__dlpack__`` and ``__array_interface__``). All are zero-copy.

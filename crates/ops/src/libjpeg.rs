@@ -311,6 +311,34 @@ mod tests {
     }
 
     #[test]
+    fn progressive_jpegs_decode_scaled_and_by_region() {
+        let mut px = Vec::new();
+        for y in 0..80u32 {
+            for x in 0..120u32 {
+                px.extend([(x * 2) as u8, (y * 3) as u8, ((x + y) % 256) as u8]);
+            }
+        }
+        let mut data = Vec::new();
+        let mut enc = jpeg_encoder::Encoder::new(&mut data, 85);
+        enc.set_progressive(true);
+        enc.encode(&px, 120, 80, jpeg_encoder::ColorType::Rgb)
+            .unwrap();
+        let full = decode(&data, ColorMode::Rgb, 1, None).unwrap().image;
+        assert_eq!((full.height, full.width), (80, 120));
+        let m = mean_diff(&full.data, &px);
+        assert!(m < 3.0, "progressive decode differs from the source by {m}");
+        let region = Rect {
+            top: 10,
+            left: 20,
+            height: 20,
+            width: 30,
+        };
+        let got = decode(&data, ColorMode::Rgb, 2, Some(region)).unwrap();
+        assert_eq!((got.top, got.image.height), (10, 20));
+        assert!(got.left <= 20 && got.left + got.image.width >= 50);
+    }
+
+    #[test]
     fn corrupt_data_is_an_error_not_an_abort() {
         let data = jpeg(64, 64);
         // Garbage in the entropy-coded data after the last header.

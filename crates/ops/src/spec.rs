@@ -601,6 +601,8 @@ impl Pipeline {
             let context = |e: String| format!("field {name:?}: {e}");
             if let Some((d, dst)) = in_slot {
                 let slot = &self.slots[d.slot];
+                // The slot's column replaces a field of that name, as setting it would.
+                sample.remove(&slot.name);
                 let value =
                     run(&f.ops, value, rng, Some((&mut *dst, d.writer))).map_err(context)?;
                 if !matches!(value, Value::InSlot { .. }) {

@@ -7,8 +7,8 @@ use chute_core::{
 
 /// Collates `samples` (all non-empty batches) into columns named after the first sample's
 /// fields. Every sample must have the same fields; arrays must agree in dtype and number of
-/// dimensions. Arrays of differing shapes become a [`Column::List`], or with `pad` one
-/// zero-padded tensor plus a `<name>_mask` column.
+/// dimensions. Arrays of differing shapes become a [`Column::List`]; with `pad`, arrays of
+/// one or more dimensions become one zero-padded tensor plus a `<name>_mask` column.
 pub(crate) fn collate(
     samples: &[Sample],
     pool: &BufferPool,
@@ -25,9 +25,13 @@ pub(crate) fn collate(
         let column = match field {
             Field::Array(a) => {
                 let arrays = arrays(samples, j, name, a)?;
-                if arrays.iter().all(|x| x.shape == a.shape) {
+                let same = arrays.iter().all(|x| x.shape == a.shape);
+                let masked = pad && !a.shape.is_empty();
+                if same && !masked {
                     collate_arrays(&arrays, a, pool)
-                } else if pad {
+                } else if masked {
+                    // Every batch of a padded field has its mask, even when no value needed
+                    // padding.
                     let (values, mask) = collate_padded(&arrays, a, pool);
                     columns.push((name.to_string(), values));
                     columns.push((format!("{name}_mask"), mask));
@@ -294,6 +298,18 @@ mod tests {
         let mask = cols[1].1.as_tensor().unwrap();
         assert_eq!(mask.dtype(), DType::Bool);
         assert_eq!(mask.as_bytes(), [1, 1, 1, 0, 0, 0]);
+
+        // With padding on, a batch that needs none still has its mask; scalars have none.
+        let scalar = |i: u64| {
+            sample(i, &[4, 5], "").with(
+                "label",
+                Field::Array(Array::new(DType::U8, vec![], Bytes::from_static(&[3]))),
+            )
+        };
+        let cols = collate(&[scalar(0), scalar(1)], &pool, true).unwrap();
+        let names: Vec<&str> = cols.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["tokens", "tokens_mask", "text", "label"]);
+        assert_eq!(cols[1].1.as_tensor().unwrap().as_bytes(), [1, 1, 1, 1]);
     }
 
     #[test]

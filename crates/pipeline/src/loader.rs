@@ -45,9 +45,11 @@ pub struct LoaderOptions {
     /// What to do with a sample that fails to read or transform. Default [`OnError::Raise`].
     pub on_error: OnError,
     /// Arrays whose shapes differ within a batch: `false` delivers them as a
-    /// [`Column::List`](chute_core::Column::List) of per-sample tensors; `true` pads them with
-    /// zeros (at the end of every dimension) to the batch's largest shape, in one tensor, and
-    /// adds a `<name>_mask` column (`bool`, the same shape, true where a value is real).
+    /// [`Column::List`](chute_core::Column::List) of per-sample tensors (a batch whose arrays
+    /// happen to share one shape gets a plain tensor); `true` pads them with zeros (at the end
+    /// of every dimension) to the batch's largest shape, in one tensor, and adds a
+    /// `<name>_mask` column (`bool`, the same shape, true where a value is real) to every
+    /// array field of one or more dimensions that the batcher collates, in every batch.
     /// Default false.
     pub pad: bool,
 }
