@@ -62,6 +62,9 @@ fn with_io<T>(f: impl FnOnce(&mut Io) -> Result<T, Error>) -> Result<T, Error> {
     let pid = std::process::id();
     if guard.as_ref().is_none_or(|io| io.pid != pid) {
         let threads = remote_options().map(|o| o.io_threads).unwrap_or(2).max(1);
+        // The process's one async runtime (see the module docs): its threads only wait on
+        // sockets.
+        #[allow(clippy::disallowed_methods)]
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("chute-io")

@@ -1,5 +1,8 @@
 //! [`ShardSet`]: the bytes of a dataset's shards, local or remote, behind one interface.
 
+// Without the `remote` feature every shard is local, and the fetch state goes unused.
+#![cfg_attr(not(feature = "remote"), allow(dead_code))]
+
 use std::collections::HashMap;
 use std::fmt;
 use std::io;
@@ -40,9 +43,7 @@ pub struct ShardSet {
 
 struct Inner {
     entries: Vec<Entry>,
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     options: RemoteOptions,
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     cache: Option<DiskCache>,
     stats: Arc<IoStats>,
     state: Mutex<State>,
