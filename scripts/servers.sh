@@ -7,6 +7,10 @@
 #     /always503/;
 # exports the CHUTE_TEST_* variables the tests read, and stops everything on exit (trap).
 # Needs: nginx on PATH or in /usr/sbin, and $VENV_PY with moto[server] installed.
+# For benchmarks (benchsuite/remote.sh): SERVERS_WWW=DIR serves DIR instead of a scratch
+# folder, SERVERS_S3=0 skips moto, and SERVERS_LATENCY_MS=N also starts a proxy that only
+# delays every request by N ms (CHUTE_TEST_LATENCY_URL) and one that only forwards
+# (CHUTE_TEST_PASS_URL).
 
 servers_dir="$(mktemp -d "${TMPDIR:-/tmp}/chute-servers.XXXXXX")"
 servers_pids=()
@@ -41,6 +45,7 @@ NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 mkdir -p "$servers_dir/www" "$servers_dir/nginx"
 # nginx workers run as an unprivileged user when started as root: they must read the files.
 chmod 755 "$servers_dir" "$servers_dir/www"
+www="${SERVERS_WWW:-$servers_dir/www}"
 nginx_port="$(free_port)"
 cat > "$servers_dir/nginx.conf" <<EOF
 daemon on;
@@ -59,17 +64,19 @@ http {
   scgi_temp_path $servers_dir/nginx/scgi;
   server {
     listen 127.0.0.1:$nginx_port;
-    root $servers_dir/www;
+    root $www;
   }
 }
 EOF
 "$NGINX" -e "$servers_dir/nginx/error.log" -p "$servers_dir/nginx" -c "$servers_dir/nginx.conf"
 wait_port "$nginx_port" nginx
 
-moto_port="$(free_port)"
-"$VENV_PY" -m moto.server -H 127.0.0.1 -p "$moto_port" > "$servers_dir/moto.log" 2>&1 &
-servers_pids+=($!)
-wait_port "$moto_port" moto
+if [ "${SERVERS_S3:-1}" = 1 ]; then
+  moto_port="$(free_port)"
+  "$VENV_PY" -m moto.server -H 127.0.0.1 -p "$moto_port" > "$servers_dir/moto.log" 2>&1 &
+  servers_pids+=($!)
+  wait_port "$moto_port" moto
+fi
 
 proxy_port="$(free_port)"
 "$VENV_PY" scripts/faultproxy.py --listen "$proxy_port" --upstream "127.0.0.1:$nginx_port" \
@@ -77,17 +84,30 @@ proxy_port="$(free_port)"
 servers_pids+=($!)
 wait_port "$proxy_port" "the fault proxy"
 
-export CHUTE_TEST_HTTP_DIR="$servers_dir/www"
+if [ -n "${SERVERS_LATENCY_MS:-}" ]; then
+  latency_port="$(free_port)"
+  "$VENV_PY" scripts/faultproxy.py --listen "$latency_port" --upstream "127.0.0.1:$nginx_port" \
+    --delay-ms "$SERVERS_LATENCY_MS" > "$servers_dir/latency.log" 2>&1 &
+  servers_pids+=($!)
+  wait_port "$latency_port" "the latency proxy"
+  pass_port="$(free_port)"
+  "$VENV_PY" scripts/faultproxy.py --listen "$pass_port" --upstream "127.0.0.1:$nginx_port" \
+    > "$servers_dir/pass.log" 2>&1 &
+  servers_pids+=($!)
+  wait_port "$pass_port" "the pass-through proxy"
+  export CHUTE_TEST_LATENCY_URL="http://127.0.0.1:$latency_port"
+  export CHUTE_TEST_PASS_URL="http://127.0.0.1:$pass_port"
+fi
+
+export CHUTE_TEST_HTTP_DIR="$www"
 export CHUTE_TEST_HTTP_URL="http://127.0.0.1:$nginx_port"
 export CHUTE_TEST_PROXY_URL="http://127.0.0.1:$proxy_port"
-export CHUTE_TEST_S3_ENDPOINT="http://127.0.0.1:$moto_port"
-export CHUTE_TEST_S3_BUCKET="chute-test"
-# moto accepts any credentials; object_store needs some, and plain HTTP allowed.
-export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1
-export AWS_ENDPOINT_URL="$CHUTE_TEST_S3_ENDPOINT" AWS_ALLOW_HTTP=true
-"$VENV_PY" - <<'EOF'
-import os, urllib.request
-req = urllib.request.Request(os.environ["CHUTE_TEST_S3_ENDPOINT"] + "/chute-test", method="PUT")
-urllib.request.urlopen(req).read()
-EOF
-echo "== test servers: nginx $CHUTE_TEST_HTTP_URL, moto $CHUTE_TEST_S3_ENDPOINT, fault proxy $CHUTE_TEST_PROXY_URL"
+if [ "${SERVERS_S3:-1}" = 1 ]; then
+  export CHUTE_TEST_S3_ENDPOINT="http://127.0.0.1:$moto_port"
+  export CHUTE_TEST_S3_BUCKET="chute-test"
+  # moto accepts any credentials; object_store needs some, and plain HTTP allowed.
+  export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1
+  export AWS_ENDPOINT_URL="$CHUTE_TEST_S3_ENDPOINT" AWS_ALLOW_HTTP=true
+  "$VENV_PY" -c 'import os, urllib.request; urllib.request.urlopen(urllib.request.Request(os.environ["CHUTE_TEST_S3_ENDPOINT"] + "/chute-test", method="PUT")).read()'
+fi
+echo "== test servers: nginx $CHUTE_TEST_HTTP_URL, moto ${CHUTE_TEST_S3_ENDPOINT:-off}, fault proxy $CHUTE_TEST_PROXY_URL"

@@ -73,6 +73,9 @@ struct State {
     /// The furthest position asked for so far.
     cursor: usize,
     tick: u64,
+    /// The process that started the fetches in flight (a forked child inherits `Loading`
+    /// slots whose tasks ran on its parent's runtime, and must start them again).
+    pid: u32,
 }
 
 enum Slot {
@@ -150,6 +153,7 @@ impl ShardSet {
                 stats,
                 state: Mutex::new(State {
                     window: 1,
+                    pid: std::process::id(),
                     ..State::default()
                 }),
                 ready: Condvar::new(),
@@ -315,6 +319,11 @@ impl Inner {
 impl Inner {
     fn get_remote(self: &Arc<Self>, i: usize) -> Result<Bytes, Error> {
         let mut st = self.lock();
+        let pid = std::process::id();
+        if st.pid != pid {
+            st.slots.retain(|_, s| !matches!(s, Slot::Loading));
+            st.pid = pid;
+        }
         if let Some(&p) = st.position.get(&i) {
             st.cursor = st.cursor.max(p);
             let ahead: Vec<usize> = st.order[p + 1..]
@@ -364,7 +373,19 @@ impl Inner {
         st.slots.insert(i, Slot::Loading);
         let me = Arc::clone(self);
         let spawned = crate::remote::spawn(async move {
-            let result = me.fetch(i).await;
+            use futures_util::FutureExt;
+            // A panic must not leave the slot loading forever (its readers would hang).
+            let result = std::panic::AssertUnwindSafe(me.fetch(i))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::io(
+                        me.uri(i),
+                        io::Error::other(
+                            "the download panicked (a bug in chute: please report it)",
+                        ),
+                    ))
+                });
             let mut st = me.lock();
             st.tick += 1;
             let slot = match result {
