@@ -399,10 +399,13 @@ pub(crate) async fn head(
 }
 
 /// Bytes `range` of `obj`, with retries; a broken body resumes from the first byte not yet
-/// received, pinned to `etag` (the version the caller saw) when known.
+/// received, pinned to `etag` (the version the caller saw) when known. `whole`: the range is
+/// the whole object, so the first request asks for no range (servers without range support
+/// can serve it; only a resumption needs them).
 pub(crate) async fn fetch_range(
     obj: &Object,
     range: Range<u64>,
+    whole: bool,
     etag: Option<String>,
     opts: &RemoteOptions,
     stats: &IoStats,
@@ -418,7 +421,7 @@ pub(crate) async fn fetch_range(
         r.attempt();
         let from = range.start + buf.len() as u64;
         let get = GetOptions {
-            range: Some(GetRange::Bounded(from..range.end)),
+            range: (!(whole && from == 0)).then_some(GetRange::Bounded(from..range.end)),
             if_match: etag.clone(),
             ..GetOptions::default()
         };
@@ -436,8 +439,17 @@ pub(crate) async fn fetch_range(
                             Err(_) => break Failure::timeout("body bytes", opts.timeout),
                             Ok(Some(Ok(chunk))) => {
                                 stats.add(Counter::Bytes, chunk.len() as u64);
-                                let room = (want - buf.len() as u64) as usize;
-                                buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                                if chunk.len() as u64 > want - buf.len() as u64 {
+                                    break Failure {
+                                        retry: false,
+                                        kind: io::ErrorKind::InvalidData,
+                                        cause: format!(
+                                            "the server sent more than the {want} bytes expected: \
+                                             the object changed since it was opened; open it again"
+                                        ),
+                                    };
+                                }
+                                buf.extend_from_slice(&chunk);
                             }
                             Ok(Some(Err(e))) => break Failure::from_store(&e),
                             Ok(None) if buf.len() as u64 == want => return Ok(buf.freeze()),
@@ -472,7 +484,7 @@ pub(crate) async fn fetch_ranges(
 ) -> Result<Vec<Bytes>, Error> {
     object_store::coalesce_ranges(
         ranges,
-        |r| async move { fetch_range(obj, r, None, opts, stats).await },
+        |r| async move { fetch_range(obj, r, false, None, opts, stats).await },
         object_store::OBJECT_STORE_COALESCE_DEFAULT,
     )
     .await
@@ -491,7 +503,7 @@ pub(crate) fn fetch_optional(url: &str) -> Result<Option<Bytes>, Error> {
             }
             Err(e) => return Err(e),
         };
-        fetch_range(&obj, 0..meta.size, meta.etag, &opts, &stats)
+        fetch_range(&obj, 0..meta.size, true, meta.etag, &opts, &stats)
             .await
             .map(Some)
     })?
@@ -533,7 +545,7 @@ mod tests {
         let stats = Arc::new(IoStats::default());
         let obj = object("http://127.0.0.1:9/x/shard.tar").unwrap();
         let s2 = Arc::clone(&stats);
-        let e = block_on(async move { fetch_range(&obj, 0..10, None, &opts, &s2).await })
+        let e = block_on(async move { fetch_range(&obj, 0..10, false, None, &opts, &s2).await })
             .unwrap()
             .unwrap_err();
         let msg = e.to_string();

@@ -283,7 +283,7 @@ impl ShardSet {
                 return crate::remote::block_on(async move {
                     if ranges.len() == 1 {
                         let r = ranges[0].clone();
-                        crate::remote::fetch_range(&object, r, etag, &opts, &stats)
+                        crate::remote::fetch_range(&object, r, false, etag, &opts, &stats)
                             .await
                             .map(|b| vec![b])
                     } else {
@@ -464,6 +464,7 @@ impl Inner {
         let bytes = crate::remote::fetch_range(
             object,
             0..meta.size,
+            true,
             meta.etag.clone(),
             &self.options,
             &self.stats,
