@@ -26,6 +26,8 @@ if [ "${CHUTE_TEST_SERVERS:-0}" = 1 ]; then
   VENV_PY="$PWD/.venv/bin/python"
   # shellcheck source=scripts/servers.sh
   source scripts/servers.sh
+else
+  echo "== no test servers (CHUTE_TEST_SERVERS unset): the remote-storage tests (nginx, S3, fault proxy) skip"
 fi
 
 echo "== cargo test"

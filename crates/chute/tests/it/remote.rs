@@ -268,6 +268,12 @@ fn tfrecord_from_path_nginx_and_s3_gives_one_digest() {
             let (got, _, st) = digest(tfr(urls), tfr_stats, shuffle, 0, 1);
             assert_eq!(got, want, "{what}, {shuffle:?}");
             assert!(st.bytes_fetched > 0, "{what}: {st:?}");
+            if shuffle == Shuffle::Global {
+                // Random access: each batch's records of one shard are one coalesced range
+                // request, so far fewer requests than records (4 HEADs included).
+                assert_eq!(st.shards_fetched, 0, "{what}: {st:?}");
+                assert!(st.requests <= 4 + 30 * 4, "{what}: {st:?}");
+            }
         }
     }
 }
