@@ -15,7 +15,9 @@ tests are reproducible:
                        stall  send half the body, then hang for --stall-s seconds and drop
 
 Requests whose path starts with /always503/ are always answered 503 (the path is otherwise
-ignored): a server that never recovers. HEAD requests are always forwarded as they are.
+ignored): a server that never recovers. Under /get503/ the rest of the path is forwarded,
+except GET requests for names ending in .tar, answered 503: a shard that opens (HEAD, index)
+but never downloads. HEAD requests are otherwise always forwarded as they are.
 
 Standard library only; listens on 127.0.0.1 only. Prints "listening on PORT" once ready.
 """
@@ -108,6 +110,12 @@ async def handle(reader, writer):
                 writer.write(simple(503, "Service Unavailable"))
                 await writer.drain()
                 continue
+            if target.startswith("/get503/"):
+                target = target[len("/get503"):]
+                if method == "GET" and target.endswith(".tar"):
+                    writer.write(simple(503, "Service Unavailable"))
+                    await writer.drain()
+                    continue
             action = next(ACTIONS) if method == "GET" else "ok"
             if action == "503":
                 writer.write(simple(503, "Service Unavailable"))

@@ -12,7 +12,7 @@ use std::sync::Once;
 use std::time::Duration;
 
 use chute::Shuffle;
-use chute::core::{SampleRng, Source};
+use chute::core::{OnError, SampleRng, Source};
 use chute::formats::example::{Example, Feature};
 use chute::formats::tfrecord::{
     TfRecordFileWriter, TfRecordOptions, TfRecordSource, WriterOptions,
@@ -372,4 +372,59 @@ fn failures_name_the_url_the_attempts_and_the_cause() {
     assert!(e.contains(&url), "{e}");
     assert!(e.contains("after 40 attempts"), "{e}");
     assert!(e.contains("503"), "{e}");
+}
+
+#[test]
+fn with_on_error_skip_a_shard_that_never_downloads_is_skipped_and_reported() {
+    let Some(sv) = servers("skip_dead") else {
+        return;
+    };
+    let local = write_wds(&sv.dir, 4);
+    let proxy = sv.proxy.rsplit_once('/').unwrap().0;
+    let dead = format!("{proxy}/get503/skip_dead/wds-02.tar");
+    let urls: Vec<String> = names(&local)
+        .iter()
+        .map(|n| match n.as_str() {
+            "wds-02.tar" => dead.clone(),
+            n => format!("{}/{n}", sv.http),
+        })
+        .collect();
+    let source = wds(&urls);
+    assert_eq!(
+        source.manifest().total_samples(),
+        160,
+        "the dead shard opens"
+    );
+    let mut loader = Loader::builder(source)
+        .batch_size(8)
+        .shuffle(Shuffle::Block { window: 1 })
+        .num_workers(2)
+        .on_error(OnError::Skip)
+        .build()
+        .unwrap();
+    let mut keys = Vec::new();
+    for b in &mut loader {
+        let b = b.expect("skip keeps the epoch going");
+        let Some(chute::Column::Var(k)) = b.get("__key__") else {
+            panic!("keys are a variable-length column")
+        };
+        keys.extend((0..k.len()).map(|i| String::from_utf8(k.get(i).to_vec()).unwrap()));
+    }
+    let stats = loader.stats();
+    assert_eq!(
+        stats.skipped, 40,
+        "every sample of the dead shard: {stats:?}"
+    );
+    let last = stats.skipped_recent.last().unwrap();
+    assert!(
+        last.contains(&dead) && last.contains("attempts") && last.contains("503"),
+        "{last}"
+    );
+    assert_eq!(keys.len(), 160);
+    // Shard 2 holds samples 80..120; none of them is delivered.
+    assert!(
+        keys.iter()
+            .all(|k| !(80..120).contains(&k[1..].parse::<u32>().unwrap())),
+        "{keys:?}"
+    );
 }
