@@ -67,3 +67,38 @@ def test_remote_options_are_checked():
     with pytest.raises(chute.ConfigError):
         chute.set_remote_options(timeout=-1)
     chute.set_remote_options(read_ahead=1, retries=20, timeout=5)
+
+
+def _child_reads(pattern, inherited, queue):
+    try:
+        rest = [list(b["__key__"]) for b in inherited]
+        # A source opened in the child: its HEAD requests and downloads need an I/O runtime
+        # of the child's own (the parent's threads did not survive the fork).
+        own = [list(b["__key__"]) for b in chute.Loader(chute.webdataset(pattern), batch_size=2)]
+        queue.put((rest, own))
+    except BaseException as e:  # report, never hang the parent
+        queue.put(repr(e))
+
+
+def test_a_forked_child_downloads_on_its_own_runtime():
+    import multiprocessing
+
+    shards = sorted((TESTDATA / "webdataset").glob("wds-shard-*.tar"))
+    name = publish("py_fork", shards)
+    pattern = f"{HTTP_URL}/{name}/wds-shard-{{000000..000001}}.tar"
+    source = chute.webdataset(pattern)
+    keys = [k for b in chute.Loader(source, batch_size=2) for k in b["__key__"]]
+    parent = chute.Loader(source, batch_size=2, num_workers=1)
+    it = iter(parent)
+    head = list(next(it)["__key__"])
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_reads, args=(pattern, parent, queue))
+    child.start()
+    result = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert not isinstance(result, str), result
+    rest, own = result
+    assert head + [k for b in rest for k in b] == keys
+    assert [k for b in own for k in b] == keys
