@@ -80,6 +80,9 @@ def _child_reads(pattern, inherited, queue):
         queue.put(repr(e))
 
 
+# JAX (imported by an earlier test module) warns about any fork; chute's threads are the ones
+# this test is about, and they are re-created in the child.
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 def test_a_forked_child_downloads_on_its_own_runtime():
     import multiprocessing
 
