@@ -12,6 +12,24 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo doc"
 cargo doc --workspace --no-deps --locked --quiet
+# CHUTE_TEST_SERVERS=1 (set by .ci/run): start the servers the remote-storage tests read
+# from, on 127.0.0.1 only, until this script exits: nginx (must be installed; .ci/run
+# installs the Debian package), moto's S3 server (pip, into the venv) and chute's fault proxy
+# (scripts/faultproxy.py). Without them those tests skip, saying so.
+PYTHON="${PYTHON:-python3}"
+if [ "${CHUTE_TEST_SERVERS:-0}" = 1 ]; then
+  echo "== test servers"
+  if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+  fi
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "moto[server]"
+  VENV_PY="$PWD/.venv/bin/python"
+  # shellcheck source=scripts/servers.sh
+  source scripts/servers.sh
+else
+  echo "== no test servers (CHUTE_TEST_SERVERS unset): the remote-storage tests (nginx, S3, fault proxy) skip"
+fi
+
 echo "== cargo test"
 cargo test --workspace --locked
 
@@ -34,7 +52,6 @@ fi
 # extension with maturin, fetched by pip's build isolation), then run its tests. The venv is
 # kept between runs; cargo's target/ is shared with the steps above.
 echo "== python: pip install . into .venv"
-PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

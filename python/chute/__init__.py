@@ -16,11 +16,23 @@ resumable from a ``state_dict`` of a few integers, split exactly across ranks.
     state = loader.state_dict()                                  # load_state_dict(state)
 
 Public names: ``Loader``, the sources ``tokens``, ``webdataset``, ``tfrecord`` and
-``parquet``, ``Source``, ``Tensor`` and the exceptions
+``parquet`` (WebDataset and TFRecord shards may be URLs: ``s3://``, ``gs://``, ``az://``,
+``http(s)://``), ``set_remote_options`` and ``io_stats`` for those, ``Source``, ``Tensor``
+and the exceptions
 ``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``.
 """
 
-from ._chute import Source, Tensor, __version__, parquet, tfrecord, tokens, webdataset
+from ._chute import (
+    Source,
+    Tensor,
+    __version__,
+    io_stats,
+    parquet,
+    set_remote_options,
+    tfrecord,
+    tokens,
+    webdataset,
+)
 from ._errors import ChuteError, ConfigError, CorruptDataError, StateError
 from ._loader import Loader
 
@@ -33,7 +45,9 @@ __all__ = [
     "StateError",
     "Tensor",
     "__version__",
+    "io_stats",
     "parquet",
+    "set_remote_options",
     "tfrecord",
     "tokens",
     "webdataset",

@@ -8,7 +8,9 @@ __all__ = [
     "Source",
     "Tensor",
     "__version__",
+    "io_stats",
     "parquet",
+    "set_remote_options",
     "shutdown",
     "tfrecord",
     "tokens",
@@ -39,7 +41,8 @@ def tokens(
     """Token files (nanoGPT's ``.bin``): windows of ``seq_len + 1`` tokens, column ``tokens``."""
 
 def webdataset(urls: Union[_Path, Sequence[_Path]], *, index: str = "auto") -> Source:
-    """WebDataset tar shards (brace patterns expand): fields by extension, plus ``__key__``."""
+    """WebDataset tar shards, paths or URLs (http(s)://, s3://, gs://, az://; brace patterns
+    expand): fields by extension, plus ``__key__``."""
 
 def tfrecord(
     urls: Union[_Path, Sequence[_Path]],
@@ -49,7 +52,24 @@ def tfrecord(
     verify_checksums: bool = True,
     index: str = "auto",
 ) -> Source:
-    """TFRecord files of ``tf.train.Example``s: one column per feature (or raw records)."""
+    """TFRecord files of ``tf.train.Example``s, paths or URLs: one column per feature (or raw
+    records)."""
+
+def set_remote_options(
+    *,
+    read_ahead: Optional[int] = None,
+    retries: Optional[int] = None,
+    retry_budget: Optional[float] = None,
+    timeout: Optional[float] = None,
+    cache_dir: Optional[_Path] = None,
+    cache_limit: Optional[int] = None,
+) -> None:
+    """How URLs are read (read-ahead shards, retries, seconds, node-local cache), for sources
+    opened from now on; ``None`` keeps the ``CHUTE_*`` environment value or the default."""
+
+def io_stats() -> Dict[str, int]:
+    """Remote reads since the process started: ``bytes_fetched``, ``requests``, ``retries``,
+    ``cache_hits``, ``shards_fetched``, ``failures``."""
 
 def parquet(
     urls: Union[_Path, Sequence[_Path]],

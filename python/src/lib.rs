@@ -10,7 +10,9 @@
 //!   between polls; rebuilds its threads after `fork()`.
 //! - `Tensor` (`tensor.rs`): one batch column, owning chute's pooled buffer, exposed
 //!   without copies through `__array_interface__` (numpy) and `__dlpack__` (`dlpack.rs`).
-//! - `Source` (`source.rs`): an opened dataset (`tokens`, `webdataset`, `tfrecord`, `parquet`).
+//! - `Source` (`source.rs`): an opened dataset (`tokens`, `webdataset`, `tfrecord`, `parquet`);
+//!   WebDataset and TFRecord shards may be URLs.
+//! - `set_remote_options`, `io_stats` (`remote.rs`): how URLs are read, and what it cost.
 //! - `PyTransform` (`transform.rs`): a Python callable as a chute transform, run on
 //!   the worker threads under the GIL.
 
@@ -19,6 +21,7 @@ use pyo3::prelude::*;
 mod dlpack;
 mod errors;
 mod loader;
+mod remote;
 mod source;
 mod tensor;
 mod transform;
@@ -29,6 +32,8 @@ mod _chute {
     use crate::loader::Loader;
     #[pymodule_export]
     use crate::loader::shutdown;
+    #[pymodule_export]
+    use crate::remote::{io_stats, set_remote_options};
     #[pymodule_export]
     use crate::source::{Source, parquet, tfrecord, tokens, webdataset};
     #[pymodule_export]

@@ -98,7 +98,8 @@ fn index_mode(index: &str) -> PyResult<IndexMode> {
     })
 }
 
-/// WebDataset tar shards (local paths; brace patterns expand). Members sharing a key form a
+/// WebDataset tar shards: local paths or URLs (`http(s)://`, `s3://`, `gs://`, `az://`,
+/// `file://`); brace patterns expand. Members sharing a key form a
 /// sample; fields are named by extension (`jpg`, `cls`, ...) and hold bytes, with the key in
 /// a `__key__` text field. `index`: use `<shard>.idx` from `chute index` when present
 /// (`"auto"`), always (`"require"`) or never (`"scan"` the headers).
@@ -119,7 +120,8 @@ pub(crate) fn webdataset(py: Python<'_>, urls: &Bound<'_, PyAny>, index: &str) -
     })
 }
 
-/// TFRecord files of `tf.train.Example`s (local paths; brace patterns expand). Each feature
+/// TFRecord files of `tf.train.Example`s: local paths or URLs (`http(s)://`, `s3://`,
+/// `gs://`, `az://`, `file://`); brace patterns expand. Each feature
 /// becomes a column: int64 and float lists as arrays (a one-value list as a scalar), a bytes
 /// list of one value as bytes. `features` keeps only those (in that order); `raw=True` gives
 /// each record's bytes as a `record` column instead. CRC32C checks are on unless

@@ -179,6 +179,33 @@ pub(crate) struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) peak_rss_anon_mb: Option<f64>,
     pub(crate) stages: StatsSnapshot,
+    /// Remote reading since the process started (opening included); absent if nothing was
+    /// fetched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) remote: Option<RemoteSummary>,
+}
+
+/// What remote shards cost: [`chute::io::IoSnapshot`] as the summary shows it.
+#[derive(Debug, Serialize)]
+pub(crate) struct RemoteSummary {
+    pub(crate) bytes_fetched: u64,
+    pub(crate) requests: u64,
+    pub(crate) retries: u64,
+    pub(crate) cache_hits: u64,
+    pub(crate) shards_fetched: u64,
+    pub(crate) failures: u64,
+}
+
+fn remote_summary() -> Option<RemoteSummary> {
+    let s = chute::io::io_stats();
+    (s.requests > 0 || s.cache_hits > 0).then_some(RemoteSummary {
+        bytes_fetched: s.bytes_fetched,
+        requests: s.requests,
+        retries: s.retries,
+        cache_hits: s.cache_hits,
+        shards_fetched: s.shards_fetched,
+        failures: s.failures,
+    })
 }
 
 /// The process's anonymous resident memory in bytes, from `/proc/self/status`.
@@ -316,6 +343,7 @@ pub(crate) fn run_loop(loader: &mut Loader, run: &RunArgs) -> anyhow::Result<Sum
         workers: loader.options().num_workers,
         peak_rss_anon_mb: peak_rss.max(rss_anon()).map(|b| b as f64 / 1e6),
         stages: stats,
+        remote: remote_summary(),
     })
 }
 
@@ -370,6 +398,18 @@ pub(crate) fn print_summary(s: &Summary, run: &RunArgs) {
         for m in st.skipped_recent.iter().rev().take(5) {
             println!("  {m}");
         }
+    }
+    if let Some(r) = &s.remote {
+        println!(
+            "remote: {} fetched in {} requests ({} retries, {} failures), {} shards downloaded, \
+             {} cache hits",
+            human_bytes(r.bytes_fetched as f64),
+            r.requests,
+            r.retries,
+            r.failures,
+            r.shards_fetched,
+            r.cache_hits
+        );
     }
     if let Some(mb) = s.peak_rss_anon_mb {
         println!("peak anonymous memory (RssAnon): {mb:.1} MB");

@@ -12,6 +12,7 @@ use chute::formats::parquet::{ParquetOptions, ParquetSource};
 use chute::formats::tfrecord::{TfRecordOptions, TfRecordSource};
 use chute::formats::webdataset::{self, WebDatasetOptions, WebDatasetSource, expand_braces};
 use chute::formats::{IndexMode, TokenOptions, TokenSource, tfrecord};
+use chute::io::{Location, RemoteOptions, set_remote_options};
 use clap::{Args, ValueEnum};
 
 /// Formats chute reads.
@@ -65,8 +66,9 @@ pub(crate) enum IndexArg {
 /// Where the data is and how to read it.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct DatasetArgs {
-    /// Shard files (brace patterns such as `train-{000000..000127}.tar` are expanded), or one
-    /// `manifest.json` written by `chute index`.
+    /// Shard files or URLs (http(s)://, s3://, gs://, az://, file://; brace patterns such as
+    /// `train-{000000..000127}.tar` are expanded), or one `manifest.json` (a path or URL)
+    /// written by `chute index`.
     #[arg(required = true)]
     pub(crate) paths: Vec<PathBuf>,
     /// Format; by default from the manifest or the file extension.
@@ -96,6 +98,28 @@ pub(crate) struct DatasetArgs {
     /// TFRecord: skip CRC32C verification of record data.
     #[arg(long)]
     pub(crate) no_verify: bool,
+    /// Remote shards: whole shards downloaded ahead of the one being read (default 2, or
+    /// CHUTE_READ_AHEAD).
+    #[arg(long)]
+    pub(crate) read_ahead: Option<usize>,
+    /// Remote shards: retries per request before a shard fails (default 9, or CHUTE_RETRIES).
+    #[arg(long)]
+    pub(crate) retries: Option<u32>,
+    /// Remote shards: seconds without response or body bytes before a request is retried
+    /// (default 30, or CHUTE_TIMEOUT).
+    #[arg(long)]
+    pub(crate) timeout: Option<f64>,
+    /// Remote shards: a node-local cache directory, shared by every process on the machine
+    /// (default none, or CHUTE_CACHE_DIR).
+    #[arg(long)]
+    pub(crate) cache_dir: Option<PathBuf>,
+    /// Remote shards: the cache's size limit, e.g. 500G (default 64G, or CHUTE_CACHE_LIMIT).
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) cache_limit: Option<u64>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    chute::io::parse_size(s)
 }
 
 pub(crate) fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -111,14 +135,44 @@ pub(crate) struct Resolved {
 }
 
 impl DatasetArgs {
+    /// Sets the process's remote options: the environment's, overridden by the flags.
+    fn apply_remote_options(&self) -> anyhow::Result<()> {
+        let mut o = RemoteOptions::from_env()?;
+        if let Some(n) = self.read_ahead {
+            o.read_ahead = n;
+        }
+        if let Some(n) = self.retries {
+            o.max_attempts = n.saturating_add(1);
+        }
+        if let Some(t) = self.timeout {
+            if !(t > 0.0 && t.is_finite()) {
+                bail!("--timeout must be a positive number of seconds, got {t}");
+            }
+            o.timeout = std::time::Duration::from_secs_f64(t);
+        }
+        if let Some(d) = &self.cache_dir {
+            o.cache_dir = Some(d.clone());
+        }
+        if let Some(n) = self.cache_limit {
+            o.cache_limit = n;
+        }
+        set_remote_options(o);
+        Ok(())
+    }
+
     /// Expands brace patterns and reads a manifest, if one was given.
     pub(crate) fn resolve(&self) -> anyhow::Result<Resolved> {
+        self.apply_remote_options()?;
         if let [one] = self.paths.as_slice()
             && one.extension().is_some_and(|e| e == "json")
         {
-            let text = std::fs::read_to_string(one)
+            let loc = Location::from_path(one)?;
+            let text = loc
+                .read()
                 .with_context(|| format!("reading manifest {}", one.display()))?;
-            let m = Manifest::from_json(&text, &one.display().to_string())?;
+            let text = std::str::from_utf8(&text)
+                .with_context(|| format!("manifest {} is not UTF-8 text", one.display()))?;
+            let m = Manifest::from_json(text, &one.display().to_string())?;
             let format = match self.format {
                 Some(f) => f,
                 None => Format::from_name(&m.format).with_context(|| {
@@ -129,7 +183,6 @@ impl DatasetArgs {
                     )
                 })?,
             };
-            let base = one.parent().unwrap_or(Path::new("."));
             let mut paths: Vec<PathBuf> = Vec::new();
             for s in &m.shards {
                 // Parquet shards are chunks of row groups: `file.parquet#rowgroup0:0+65536`.
@@ -137,7 +190,8 @@ impl DatasetArgs {
                     .path
                     .split_once("#rowgroup")
                     .map_or(s.path.as_str(), |(f, _)| f);
-                let p = base.join(file);
+                // Relative to the manifest's folder, or its URL's.
+                let p = PathBuf::from(loc.join_sibling(file)?.to_string());
                 if paths.last() != Some(&p) {
                     paths.push(p);
                 }

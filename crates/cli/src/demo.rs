@@ -48,15 +48,26 @@ pub(crate) struct DemoArgs {
     /// Print the JSON summary instead of text.
     #[arg(long)]
     json: bool,
+    /// Write the synthetic image shards into DIR and keep them (to bench them again, say
+    /// from a web server), instead of a temporary folder.
+    #[arg(long, value_name = "DIR")]
+    keep: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
     if args.tokens {
         return run_tokens(args);
     }
-    let dir = tempfile::Builder::new().prefix("chute-demo-").tempdir()?;
+    let tmp = tempfile::Builder::new().prefix("chute-demo-").tempdir()?;
+    let dir = match &args.keep {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => tmp.path().to_path_buf(),
+    };
     let t = Instant::now();
-    let shards = write_images(dir.path(), args.images, args.seed)?;
+    let shards = write_images(&dir, args.images, args.seed)?;
     let bytes: u64 = shards
         .iter()
         .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
@@ -69,7 +80,7 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
             human_bytes(bytes as f64),
             t.elapsed().as_secs_f64(),
             shards.len(),
-            dir.path().display()
+            dir.display()
         );
     }
     let source = WebDatasetSource::open(&shards, WebDatasetOptions::default())?;

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use chute::formats::{IndexMode, tfrecord, webdataset};
+use chute::io::Location;
 use clap::{Args, Parser};
 
 use crate::dataset::{DatasetArgs, Format, IndexArg};
@@ -47,11 +48,18 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
         anyhow::bail!("chute index takes shard files, not a manifest");
     }
     let mut indexes = 0;
+    let mut remote = 0;
     match r.format {
         Format::Webdataset | Format::Tfrecord => {
             // Scan each shard on its own (ignoring any old index) to reach the format's index,
             // which the Source trait hides.
             for path in &r.paths {
+                if Location::from_path(path)?.is_remote() {
+                    // No writing next to a remote object: the manifest (below) is written,
+                    // and reading uses `<shard>.idx` objects where they were uploaded.
+                    remote += 1;
+                    continue;
+                }
                 match r.format {
                     Format::Webdataset => {
                         let s = webdataset::WebDatasetSource::open(
@@ -84,12 +92,17 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
     // (not scanning a second time) gives the manifest.
     args.dataset.index = IndexArg::Auto;
     let source = args.dataset.open()?;
-    let out = args.output.clone().unwrap_or_else(|| {
-        r.paths[0]
+    let out = match args.output.clone() {
+        Some(out) => out,
+        None if remote > 0 => anyhow::bail!(
+            "remote shards: pass --output with a local file for the manifest (upload it next \
+             to the shards to load them by the manifest's URL)"
+        ),
+        None => r.paths[0]
             .parent()
             .unwrap_or(std::path::Path::new("."))
-            .join("manifest.json")
-    });
+            .join("manifest.json"),
+    };
     let base = out.parent().map(|p| p.to_path_buf()).unwrap_or_default();
     let mut manifest = source.manifest().clone();
     for s in &mut manifest.shards {
@@ -109,5 +122,11 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
         manifest.total_samples(),
         manifest.total_bytes()
     );
+    if remote > 0 {
+        println!(
+            "{remote} remote shard(s): no index files written next to them (index local copies \
+             and upload the .idx files, so that opening them does not download every shard)"
+        );
+    }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `chute inspect`, `chute verify` and `chute cat`: look at shards without writing code.
 
 use anyhow::Context;
-use chute::core::{Error, Field, Sample, Source};
+use chute::core::{Error, Field, Plan, PlanConfig, Sample, Source};
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -216,6 +216,10 @@ pub(crate) fn verify(args: VerifyArgs) -> anyhow::Result<()> {
                 continue;
             }
         };
+        // Read in order: a remote shard then streams whole instead of a request per sample.
+        if let Ok(plan) = Plan::new(source.manifest(), &PlanConfig::default()) {
+            source.set_plan(&plan);
+        }
         for id in 0..source.manifest().total_samples() {
             samples += 1;
             if let Err(e) = source.read(id) {

@@ -24,7 +24,7 @@ enum Command {
     /// simulated step, showing throughput and how long the step waited for data.
     Demo(demo::DemoArgs),
     /// Run the loader over a dataset and report throughput, wait time and per-stage figures.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Write a token file (flat little-endian uint16/uint32 ids) from text or .npy.
     Tokens(tokens::TokensArgs),
     /// Convert CSV, JSON Lines, an ImageFolder-style folder or .npy arrays to WebDataset,
@@ -46,7 +46,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
-        Command::Bench(a) => bench::run(a),
+        Command::Bench(a) => bench::run(*a),
         Command::Tokens(a) => tokens::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Index(a) => index::run(a),

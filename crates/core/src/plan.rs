@@ -490,6 +490,21 @@ impl Plan {
         (0..self.len).map(|i| self.get(i))
     }
 
+    /// How many shards this rank reads at once when it reads them one after the other, or
+    /// `None` when it reads them at random. `block` shuffles read a window of shards at a
+    /// time, each rank its own contiguous run; `none` reads shards in order, but splits them
+    /// across ranks sample by sample, so only a single rank reads them one after the other;
+    /// `global` jumps around every shard. Streaming sources download whole shards, with
+    /// read-ahead along [`Plan::shard_order`], when this is `Some`, and read samples by range
+    /// otherwise.
+    pub fn shard_window(&self) -> Option<usize> {
+        match self.cfg.shuffle {
+            Shuffle::Block { window } => Some(window as usize),
+            Shuffle::None if self.cfg.world_size == 1 => Some(1),
+            _ => None,
+        }
+    }
+
     /// The shards this rank touches, in the order it first reads them (block mode: a
     /// contiguous run of the shuffled shard order). Useful for streaming read-ahead.
     pub fn shard_order(&self, manifest: &Manifest) -> Vec<usize> {

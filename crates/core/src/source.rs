@@ -4,6 +4,7 @@ use crate::batch::Column;
 use crate::buffer::BufferPool;
 use crate::error::Error;
 use crate::manifest::Manifest;
+use crate::plan::Plan;
 use crate::sample::Sample;
 
 /// A dataset with random access by global sample id.
@@ -17,6 +18,14 @@ pub trait Source: Send + Sync + 'static {
 
     /// Reads sample `id`; `id` is always `< manifest().total_samples()`.
     fn read(&self, id: u64) -> Result<Sample, Error>;
+
+    /// Called by the loader before each epoch (and each resumption) with the plan this rank
+    /// will follow, before any `read`. A source streaming remote shards uses it to fetch them
+    /// in this rank's order, ahead of the workers ([`Plan::shard_order`],
+    /// [`Plan::shard_window`]). A hint: reads must work without it. The default does nothing.
+    fn set_plan(&self, plan: &Plan) {
+        let _ = plan;
+    }
 
     /// The columnar fast path: collates the samples `ids` (in order) straight into batch
     /// columns from buffers in `pool`, without building a [`Sample`] per row. Returns `None`
@@ -40,6 +49,10 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
 
     fn read(&self, id: u64) -> Result<Sample, Error> {
         (**self).read(id)
+    }
+
+    fn set_plan(&self, plan: &Plan) {
+        (**self).set_plan(plan)
     }
 
     fn collate(

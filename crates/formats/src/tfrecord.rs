@@ -65,9 +65,10 @@ use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
 use chute_core::{
-    BufferPool, Column, ConfigError, Error, Field, Manifest, Sample, ShardInfo, Source, VarColumn,
+    BufferPool, Column, ConfigError, Error, Field, Manifest, Plan, Sample, ShardInfo, Source,
+    VarColumn,
 };
-use chute_io::MappedFile;
+use chute_io::{IoSnapshot, Location, ShardSet};
 
 use crate::example::{ExampleOptions, collate_examples, decode_sample, sample_to_example};
 
@@ -1089,16 +1090,22 @@ impl TfRecordOptions {
 /// read them with [`TfRecordReader`], or decompress them.
 pub struct TfRecordSource {
     shards: Vec<Shard>,
+    /// Where the shards' bytes come from (`None` for [`TfRecordSource::from_bytes`]).
+    files: Option<ShardSet>,
+    /// Whether any shard is remote (read through `files`, not `Shard::data`).
+    remote: bool,
     manifest: Manifest,
     options: TfRecordOptions,
 }
 
-/// One file: its bytes and where its records start (`offsets[i]..offsets[i + 1]` is record
-/// `i`'s frame; the last entry is the end of the last record).
+/// One file: where its records start (`offsets[i]..offsets[i + 1]` is record `i`'s frame;
+/// the last entry is the end of the last record) and, unless it is remote, its bytes.
 struct Shard {
     name: String,
     stem: String,
-    data: Bytes,
+    /// The whole file (a view of its map, or bytes in memory); `None` for a remote shard.
+    data: Option<Bytes>,
+    len: u64,
     offsets: Vec<u64>,
 }
 
@@ -1113,62 +1120,81 @@ impl fmt::Debug for TfRecordSource {
 }
 
 impl TfRecordSource {
-    /// Opens `paths`, one shard each, in order.
+    /// Opens `paths` (local paths or URLs, see [`chute_io::Location`]), one shard each, in
+    /// order. Remote shards stream through a [`ShardSet`]: whole, with read-ahead, when the
+    /// loader reads shards in order ([`Source::set_plan`]), else by (coalesced) range
+    /// requests. A remote shard without an index file is downloaded once at open to be
+    /// scanned; `chute index` writes the index files that spare that.
     ///
     /// Fails with a [`ConfigError`] (in [`Error::Config`]) if `paths` is empty, the example
     /// options are invalid, a file is GZIP-compressed, or [`IndexMode::Require`] is set and an
-    /// index file is missing; with [`Error::Io`] if a file cannot be opened or mapped; with
-    /// [`Error::Corrupt`] if a scanned header is corrupt or truncated, or an index file is
+    /// index file is missing; with [`Error::Io`] if a file cannot be opened, mapped or fetched;
+    /// with [`Error::Corrupt`] if a scanned header is corrupt or truncated, or an index file is
     /// malformed or does not match its shard.
     pub fn open<P: AsRef<Path>>(paths: &[P], options: TfRecordOptions) -> Result<Self, Error> {
         check_options(&options, paths.len())?;
+        let locations = paths
+            .iter()
+            .map(|p| Location::from_path(p.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (path, loc) in paths.iter().zip(&locations) {
+            if has_gz_extension(path.as_ref()) {
+                return Err(gzip_error(&loc.to_string()));
+            }
+        }
+        let files = ShardSet::open(&locations)?;
         let mut shards = Vec::with_capacity(paths.len());
-        for path in paths {
-            let path = path.as_ref();
-            let name = path.display().to_string();
-            if has_gz_extension(path) {
+        for (i, loc) in locations.iter().enumerate() {
+            let name = files.uri(i).to_owned();
+            let len = files.size(i);
+            let head = files.get_range(i, 0..len.min(HEADER_LEN as u64))?;
+            if looks_gzip(&head) {
                 return Err(gzip_error(&name));
             }
-            let file = MappedFile::open(path)?;
-            if looks_gzip(file.as_slice()) {
-                return Err(gzip_error(&name));
-            }
-            let idx = index_path(path);
-            let use_index = match options.index {
-                IndexMode::Scan => false,
-                IndexMode::Auto => idx.is_file(),
-                IndexMode::Require => {
-                    if !idx.is_file() {
+            let idx = loc.with_suffix(".idx");
+            let index = match options.index {
+                IndexMode::Scan => None,
+                IndexMode::Auto => idx.read_optional()?,
+                IndexMode::Require => match idx.read_optional()? {
+                    Some(text) => Some(text),
+                    None => {
                         return Err(ConfigError::new(
                             "index",
                             format!(
-                                "{name} has no index file {}; build it (chute index, or \
+                                "{name} has no index file {idx}; build it (chute index, or \
                                  tfrecord::build_index and write_index), or use index mode \
-                                 auto or scan",
-                                idx.display()
+                                 auto or scan"
                             ),
                         )
                         .into());
                     }
-                    true
+                },
+            };
+            let offsets = match index {
+                Some(text) => {
+                    let origin = idx.to_string();
+                    offsets_from_index(&parse_index(&text, &origin)?, len, &origin)?
+                }
+                None => {
+                    if let Some(file) = files.mapped(i) {
+                        file.advise_sequential();
+                    }
+                    offsets_by_scan(&files.get(i)?, &name, &options)?
                 }
             };
-            let offsets = if use_index {
-                let entries = read_index(&idx)?;
-                offsets_from_index(&entries, file.len() as u64, &idx.display().to_string())?
-            } else {
-                file.advise_sequential();
-                offsets_by_scan(file.as_slice(), &name, &options)?
-            };
-            file.advise_random();
+            let data = files.mapped(i).map(|file| {
+                file.advise_random();
+                file.bytes(0..file.len())
+            });
             shards.push(Shard {
                 stem: stem_of(&name),
                 name,
-                data: file.bytes(0..file.len()),
+                data,
+                len,
                 offsets,
             });
         }
-        Ok(Self::assemble(shards, options))
+        Ok(Self::assemble(shards, Some(files), options))
     }
 
     /// Shards already in memory (fetched from remote storage, say), as `(name, bytes)` pairs;
@@ -1195,20 +1221,21 @@ impl TfRecordSource {
             out.push(Shard {
                 stem: stem_of(&name),
                 name,
-                data,
+                len: data.len() as u64,
+                data: Some(data),
                 offsets,
             });
         }
-        Ok(Self::assemble(out, options))
+        Ok(Self::assemble(out, None, options))
     }
 
-    fn assemble(shards: Vec<Shard>, options: TfRecordOptions) -> Self {
+    fn assemble(shards: Vec<Shard>, files: Option<ShardSet>, options: TfRecordOptions) -> Self {
         let infos = shards
             .iter()
             .map(|s| ShardInfo {
                 path: s.name.clone(),
                 samples: (s.offsets.len() - 1) as u64,
-                bytes: s.data.len() as u64,
+                bytes: s.len,
             })
             .collect();
         let mut manifest = Manifest::new(FORMAT, infos);
@@ -1225,11 +1252,19 @@ impl TfRecordSource {
                 m
             }
         };
+        let remote = shards.iter().any(|s| s.data.is_none());
         TfRecordSource {
             shards,
+            files,
+            remote,
             manifest,
             options,
         }
+    }
+
+    /// What reading remote shards has cost so far (zero for local shards).
+    pub fn io_stats(&self) -> IoSnapshot {
+        self.files.as_ref().map(ShardSet::stats).unwrap_or_default()
     }
 
     /// The options the source was opened with.
@@ -1252,19 +1287,30 @@ impl TfRecordSource {
             .collect()
     }
 
-    /// The verified data of record `pos` of `shard`, a view of the shard's bytes.
-    fn record(&self, shard: &Shard, pos: usize) -> Result<(u64, Bytes), Error> {
-        let (start, data) = self.record_range(shard, pos)?;
-        Ok((start, shard.data.slice(data)))
+    /// The verified data of record `pos` of shard `s`, a view of the shard's bytes (or of the
+    /// bytes fetched for it), and the frame's offset.
+    fn record(&self, s: usize, pos: usize) -> Result<(u64, Bytes), Error> {
+        let shard = &self.shards[s];
+        let (start, end) = (shard.offsets[pos], shard.offsets[pos + 1]);
+        let frame = match &shard.data {
+            // Offsets were checked against the shard's length at open, so they fit in usize.
+            Some(data) => data.slice(start as usize..end as usize),
+            None => self.files().get_range(s, start..end)?,
+        };
+        let data = self.check_frame(shard, start, &frame)?;
+        Ok((start, frame.slice(data)))
     }
 
-    /// Record `pos` of `shard`, checked: its frame's offset and where its data lies in the
-    /// shard's bytes.
+    fn files(&self) -> &ShardSet {
+        self.files
+            .as_ref()
+            .expect("only shards opened from paths are remote")
+    }
+
+    /// Checks the frame of a record at `start` of `shard`; returns where its data lies in
+    /// `frame`.
     #[inline]
-    fn record_range(&self, shard: &Shard, pos: usize) -> Result<(u64, Range<usize>), Error> {
-        let (start, end) = (shard.offsets[pos], shard.offsets[pos + 1]);
-        // Offsets were checked against the shard's length at open, so they fit in usize.
-        let frame = &shard.data[start as usize..end as usize];
+    fn check_frame(&self, shard: &Shard, start: u64, frame: &[u8]) -> Result<Range<usize>, Error> {
         let framing = self.options.framing();
         let header = frame.first_chunk::<HEADER_LEN>().ok_or_else(|| {
             Error::corrupt(
@@ -1289,8 +1335,41 @@ impl TfRecordSource {
         if self.options.verify_checksums {
             check_data(frame, start, &shard.name)?;
         }
-        let data_start = start as usize + HEADER_LEN;
-        Ok((start, data_start..data_start + len))
+        Ok(HEADER_LEN..HEADER_LEN + len)
+    }
+
+    /// The frames of remote records `places` ((shard, record) pairs), one shard's ranges per
+    /// request batch (coalesced when read by range); `None` if a fetch fails (the sample path
+    /// then reports it).
+    fn fetch_frames(&self, places: &[(usize, usize)]) -> Option<Vec<Bytes>> {
+        let mut by_shard: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+        for (i, &(s, _)) in places.iter().enumerate() {
+            by_shard.entry(s).or_default().push(i);
+        }
+        let mut frames = vec![Bytes::new(); places.len()];
+        for (s, rows) in by_shard {
+            let shard = &self.shards[s];
+            let range = |i: usize| {
+                let pos = places[i].1;
+                shard.offsets[pos]..shard.offsets[pos + 1]
+            };
+            match &shard.data {
+                Some(data) => {
+                    for i in rows {
+                        let r = range(i);
+                        frames[i] = data.slice(r.start as usize..r.end as usize);
+                    }
+                }
+                None => {
+                    let ranges: Vec<_> = rows.iter().map(|&i| range(i)).collect();
+                    let got = self.files().get_ranges(s, &ranges).ok()?;
+                    for (i, b) in rows.into_iter().zip(got) {
+                        frames[i] = b;
+                    }
+                }
+            }
+        }
+        Some(frames)
     }
 
     /// The columnar fast path ([`Source::collate`]): the records of `ids`, checked as
@@ -1304,9 +1383,25 @@ impl TfRecordSource {
             .iter()
             .map(|&id| {
                 let (s, pos) = self.manifest.locate(id)?;
-                Some((&self.shards[s], pos as usize))
+                Some((s, pos as usize))
             })
             .collect::<Option<Vec<_>>>()?;
+        if self.remote {
+            let frames = self.fetch_frames(&places)?;
+            let record = |i: usize| {
+                let (s, pos) = places[i];
+                let shard = &self.shards[s];
+                let data = self
+                    .check_frame(shard, shard.offsets[pos], &frames[i])
+                    .ok()?;
+                Some(&frames[i][data])
+            };
+            return self.collate_rows(ids.len(), record, pool);
+        }
+        let places: Vec<(&Shard, usize)> = places
+            .into_iter()
+            .map(|(s, pos)| (&self.shards[s], pos))
+            .collect();
         // A shuffled batch's records lie all over the files, so each is a cache miss and,
         // with small pages, a TLB miss. Taken one after the other, each miss stalls the core
         // on its own (a third of the time of a shuffled epoch); touched a window at a time,
@@ -1319,16 +1414,28 @@ impl TfRecordSource {
                 touch(&places[window.clone()]);
             }
             let (shard, pos) = places[i];
-            let (_, data) = self.record_range(shard, pos).ok()?;
-            Some(&shard.data[data])
+            let data = shard.data.as_ref()?;
+            let (start, end) = (shard.offsets[pos], shard.offsets[pos + 1]);
+            let frame = &data[start as usize..end as usize];
+            let range = self.check_frame(shard, start, frame).ok()?;
+            Some(&frame[range])
         };
+        self.collate_rows(ids.len(), record, pool)
+    }
+
+    fn collate_rows<'a>(
+        &self,
+        rows: usize,
+        mut record: impl FnMut(usize) -> Option<&'a [u8]>,
+        pool: &BufferPool,
+    ) -> Option<Vec<(String, Column)>> {
         match &self.options.example {
             None => {
-                let records = (0..ids.len()).map(record).collect::<Option<Vec<_>>>()?;
+                let records = (0..rows).map(&mut record).collect::<Option<Vec<_>>>()?;
                 let column = VarColumn::collect(pool, records.into_iter(), false);
                 Some(vec![(RECORD_FIELD.to_owned(), Column::Var(column))])
             }
-            Some(ex) => collate_examples(ids.len(), record, ex, pool),
+            Some(ex) => collate_examples(rows, record, ex, pool),
         }
     }
 }
@@ -1342,9 +1449,9 @@ impl Source for TfRecordSource {
     /// field. Fails with [`Error::Config`] if `id` is out of range, [`Error::Corrupt`] naming
     /// the shard and offset if a CRC does not match or the example does not decode.
     fn read(&self, id: u64) -> Result<Sample, Error> {
-        let (shard, pos) = self.manifest.locate_checked(id)?;
-        let shard = &self.shards[shard];
-        let (start, data) = self.record(shard, pos as usize)?;
+        let (s, pos) = self.manifest.locate_checked(id)?;
+        let (start, data) = self.record(s, pos as usize)?;
+        let shard = &self.shards[s];
         let key = key_of(&shard.stem, pos);
         match &self.options.example {
             None => Ok(Sample {
@@ -1370,6 +1477,17 @@ impl Source for TfRecordSource {
     ) -> Option<Result<Vec<(String, Column)>, Error>> {
         self.collate_records(ids, pool).map(Ok)
     }
+
+    /// Streams remote shards in the plan's shard order, with read-ahead, when the plan reads
+    /// them in order; otherwise remote records are read by range.
+    fn set_plan(&self, plan: &Plan) {
+        if let (true, Some(files)) = (self.remote, &self.files) {
+            match plan.shard_window() {
+                Some(w) => files.set_order(&plan.shard_order(&self.manifest), w),
+                None => files.set_order(&[], 1),
+            }
+        }
+    }
 }
 
 /// How many records [`TfRecordSource`]'s columnar path touches ahead of checking them.
@@ -1382,8 +1500,9 @@ const TOUCH_BYTES: usize = 256;
 fn touch(places: &[(&Shard, usize)]) {
     let mut touched = 0u8;
     for &(shard, pos) in places {
+        let Some(data) = &shard.data else { continue };
         let (start, end) = (shard.offsets[pos], shard.offsets[pos + 1]);
-        let frame = &shard.data[start as usize..end as usize];
+        let frame = &data[start as usize..end as usize];
         for at in (0..frame.len().min(TOUCH_BYTES)).step_by(64) {
             touched ^= frame[at];
         }

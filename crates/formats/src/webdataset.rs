@@ -77,8 +77,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use chute_core::{ConfigError, Error, Field, FieldName, Manifest, Sample, ShardInfo, Source};
-use chute_io::MappedFile;
+use chute_core::{ConfigError, Error, Field, FieldName, Manifest, Plan, Sample, ShardInfo, Source};
+use chute_io::{IoSnapshot, Location, ShardSet};
 
 use crate::tar::{self, BLOCK_SIZE, END_OF_ARCHIVE_LEN, Member, TarDecoder, TarOptions, TarWriter};
 
@@ -305,14 +305,20 @@ impl ShardIndex {
     pub fn load(path: &Path) -> Result<ShardIndex, Error> {
         let name = path.display().to_string();
         let text = std::fs::read(path).map_err(|e| Error::io(&name, e))?;
-        let text = std::str::from_utf8(&text).map_err(|e| {
+        ShardIndex::parse_bytes(&text, &name)
+    }
+
+    /// [`ShardIndex::parse`] of the bytes of an index file (`origin` names it).
+    pub fn parse_bytes(text: &[u8], origin: &str) -> Result<ShardIndex, Error> {
+        let name = origin;
+        let text = std::str::from_utf8(text).map_err(|e| {
             Error::corrupt(
-                &name,
+                name,
                 e.valid_up_to() as u64,
                 "not UTF-8 text: not a chute WebDataset index; rebuild it with `chute index`",
             )
         })?;
-        ShardIndex::parse(text, &name)
+        ShardIndex::parse(text, name)
     }
 
     /// Writes the index file at `path` (through `<path>.tmp` and a rename, so a reader never
@@ -624,23 +630,52 @@ pub fn read_sample(
     uri: &str,
     options: TarOptions,
 ) -> Result<Sample, Error> {
-    let stale = |why: String| {
-        Error::corrupt(
-            uri,
-            span.offset,
-            format!(
-                "index entry {} {}: {why}; the index does not match the shard (rebuild it with \
-                 `chute index`)",
-                span.offset, span.size
-            ),
-        )
-    };
     let end = span
         .offset
         .checked_add(span.size)
         .filter(|&e| e <= shard.len() as u64)
-        .ok_or_else(|| stale(format!("runs past the shard's end (byte {})", shard.len())))?;
-    let bytes = &shard[span.offset as usize..end as usize];
+        .ok_or_else(|| {
+            stale_span(
+                uri,
+                span,
+                format!("runs past the shard's end (byte {})", shard.len()),
+            )
+        })?;
+    read_span(
+        &shard.slice(span.offset as usize..end as usize),
+        span,
+        uri,
+        options,
+    )
+}
+
+fn stale_span(uri: &str, span: SampleSpan, why: String) -> Error {
+    Error::corrupt(
+        uri,
+        span.offset,
+        format!(
+            "index entry {} {}: {why}; the index does not match the shard (rebuild it with \
+             `chute index`)",
+            span.offset, span.size
+        ),
+    )
+}
+
+/// [`read_sample`] given only the span's bytes (`bytes`, `span.size` of them, which sit at
+/// `span.offset` in the shard): what a range request returns. Fields view `bytes`.
+pub fn read_span(
+    bytes: &Bytes,
+    span: SampleSpan,
+    uri: &str,
+    options: TarOptions,
+) -> Result<Sample, Error> {
+    let stale = |why: String| stale_span(uri, span, why);
+    if bytes.len() as u64 != span.size {
+        return Err(stale(format!(
+            "{} bytes were read for it (the shard is shorter than the index says)",
+            bytes.len()
+        )));
+    }
     let mut decoder = TarDecoder::new(uri, options).starting_at(span.offset);
     let mut grouper = Grouper::default();
     let mut pos = 0;
@@ -660,7 +695,11 @@ pub fn read_sample(
     if !grouper.finish() {
         return Err(stale("the range holds no sample".into()));
     }
-    build(&mut grouper.done, shard, 0, uri)
+    // Member ranges are offsets in the shard; the bytes start at the span.
+    for (_, r) in &mut grouper.done.fields {
+        *r = r.start - span.offset..r.end - span.offset;
+    }
+    build(&mut grouper.done, bytes, 0, uri)
 }
 
 pub use crate::IndexMode;
@@ -677,32 +716,36 @@ pub struct WebDatasetOptions {
 #[derive(Debug)]
 struct OpenShard {
     uri: String,
-    /// The whole file, a view of the map.
-    data: Bytes,
     index: ShardIndex,
 }
 
-/// Local WebDataset shards as a [`Source`]: one shard per tar file, random access to every
-/// sample through each shard's [`ShardIndex`].
+/// WebDataset shards as a [`Source`]: one shard per tar file or object, random access to
+/// every sample through each shard's [`ShardIndex`].
 ///
-/// Files are memory-mapped read-only and never read whole: [`Source::read`] decodes only the
-/// sample's range, and its fields are views of the map. The manifest's format is
-/// [`FORMAT`]; each shard's byte size is the file's.
+/// Local files are memory-mapped read-only and never read whole: [`Source::read`] decodes
+/// only the sample's range, and its fields are views of the map. Remote shards (URLs, see
+/// [`chute_io::Location`]) come through a [`ShardSet`]: streamed whole with read-ahead when
+/// the loader gives the rank's shard order ([`Source::set_plan`]), else read by range
+/// requests. The manifest's format is [`FORMAT`]; each shard's byte size is the file's.
 #[derive(Debug)]
 pub struct WebDatasetSource {
     shards: Vec<OpenShard>,
+    files: ShardSet,
     manifest: Manifest,
     options: WebDatasetOptions,
 }
 
 impl WebDatasetSource {
-    /// Opens `paths`, one shard each, in order, with each shard's index from
-    /// [`WebDatasetOptions::index`].
+    /// Opens `paths` (local paths or URLs), one shard each, in order, with each shard's index
+    /// from [`WebDatasetOptions::index`] (`<shard>.idx` next to the shard, fetched for a URL).
     ///
-    /// Fails with a [`ConfigError`] if `paths` is empty; [`Error::Io`] if a shard cannot be
-    /// opened or a required index is missing; [`Error::Corrupt`] naming the shard or index
-    /// file if a scan finds a damaged shard or an index file is malformed or does not fit its
-    /// shard.
+    /// A remote shard without an index is downloaded once at open to be scanned; write
+    /// indexes with `chute index` so that opening fetches only them.
+    ///
+    /// Fails with a [`ConfigError`] if `paths` is empty or names an unknown URL scheme;
+    /// [`Error::Io`] if a shard cannot be opened or fetched or a required index is missing;
+    /// [`Error::Corrupt`] naming the shard or index file if a scan finds a damaged shard or
+    /// an index file is malformed or does not fit its shard.
     pub fn open<P: AsRef<Path>>(
         paths: &[P],
         options: WebDatasetOptions,
@@ -710,57 +753,74 @@ impl WebDatasetSource {
         if paths.is_empty() {
             return Err(ConfigError::new("paths", "no shards given; pass at least one").into());
         }
+        let locations = paths
+            .iter()
+            .map(|p| Location::from_path(p.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let files = ShardSet::open(&locations)?;
         let mut shards = Vec::with_capacity(paths.len());
         let mut infos = Vec::with_capacity(paths.len());
-        for path in paths {
-            let path = path.as_ref();
-            let file = MappedFile::open(path)?;
-            let uri = path.display().to_string();
-            let data = file.bytes(0..file.len());
-            let idx = index_path(path);
-            let index = match options.index {
+        for (i, loc) in locations.iter().enumerate() {
+            let uri = files.uri(i).to_owned();
+            let size = files.size(i);
+            let idx = loc.with_suffix(INDEX_SUFFIX);
+            let text = match options.index {
                 IndexMode::Scan => None,
-                IndexMode::Auto if !idx.exists() => None,
-                IndexMode::Auto | IndexMode::Require => {
-                    let index = ShardIndex::load(&idx).map_err(|e| match e {
-                        Error::Io { path, source } if source.kind() == io::ErrorKind::NotFound => {
-                            Error::io(
-                                path,
-                                io::Error::new(
-                                    io::ErrorKind::NotFound,
-                                    format!(
-                                        "no index for shard {uri}; build it with `chute index`, \
-                                         or open with IndexMode::Auto to scan the shard"
-                                    ),
+                IndexMode::Auto => idx.read_optional()?,
+                IndexMode::Require => Some(idx.read().map_err(|e| match e {
+                    Error::Io { path, source } if source.kind() == io::ErrorKind::NotFound => {
+                        Error::io(
+                            path,
+                            io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!(
+                                    "no index for shard {uri}; build it with `chute index`, \
+                                     or open with IndexMode::Auto to scan the shard"
                                 ),
-                            )
-                        }
-                        e => e,
-                    })?;
-                    check_index_fits(&index, &data, &idx.display().to_string())?;
-                    Some(index)
-                }
+                            ),
+                        )
+                    }
+                    e => e,
+                })?),
             };
-            let index = match index {
-                Some(index) => index,
+            let index = match text {
+                Some(text) => {
+                    let name = idx.to_string();
+                    let index = ShardIndex::parse_bytes(&text, &name)?;
+                    match files.mapped(i) {
+                        Some(file) => check_index_fits(&index, file.as_slice(), &name)?,
+                        None => check_index_ends(&index, size, &name)?,
+                    }
+                    index
+                }
                 None => {
-                    file.advise_sequential();
-                    ShardIndex::scan(&data, &uri, options.tar)?
+                    if let Some(file) = files.mapped(i) {
+                        file.advise_sequential();
+                    }
+                    ShardIndex::scan(&files.get(i)?, &uri, options.tar)?
                 }
             };
-            file.advise_random();
+            if let Some(file) = files.mapped(i) {
+                file.advise_random();
+            }
             infos.push(ShardInfo {
                 path: uri.clone(),
                 samples: index.len() as u64,
-                bytes: data.len() as u64,
+                bytes: size,
             });
-            shards.push(OpenShard { uri, data, index });
+            shards.push(OpenShard { uri, index });
         }
         Ok(WebDatasetSource {
             shards,
+            files,
             manifest: Manifest::new(FORMAT, infos),
             options,
         })
+    }
+
+    /// What reading remote shards has cost so far (zero for local shards).
+    pub fn io_stats(&self) -> IoSnapshot {
+        self.files.stats()
     }
 
     /// The index of shard `shard` (manifest order).
@@ -774,6 +834,22 @@ impl WebDatasetSource {
     /// The options the shards were opened with.
     pub fn options(&self) -> WebDatasetOptions {
         self.options
+    }
+}
+
+/// For a remote shard (whose bytes are not at hand): the index's last range ends inside it.
+fn check_index_ends(index: &ShardIndex, size: u64, origin: &str) -> Result<(), Error> {
+    match index.spans.last() {
+        Some(last) if last.offset + last.size > size => Err(Error::corrupt(
+            origin,
+            last.offset + last.size,
+            format!(
+                "its last range ends at byte {}, past the shard's {size} bytes; the index is \
+                 stale or belongs to another shard: rebuild it with `chute index`",
+                last.offset + last.size
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -826,14 +902,21 @@ impl Source for WebDatasetSource {
     fn read(&self, id: u64) -> Result<Sample, Error> {
         let (shard, pos) = self.manifest.locate_checked(id)?;
         let s = &self.shards[shard];
-        let mut sample = read_sample(
-            &s.data,
-            s.index.spans[pos as usize],
-            &s.uri,
-            self.options.tar,
-        )?;
+        let span = s.index.spans[pos as usize];
+        let bytes = self.files.get_range(shard, span.range())?;
+        let mut sample = read_span(&bytes, span, &s.uri, self.options.tar)?;
         sample.index = id;
         Ok(sample)
+    }
+
+    /// Streams remote shards in the plan's shard order, with read-ahead.
+    fn set_plan(&self, plan: &Plan) {
+        if (0..self.files.len()).any(|i| self.files.is_remote(i)) {
+            match plan.shard_window() {
+                Some(w) => self.files.set_order(&plan.shard_order(&self.manifest), w),
+                None => self.files.set_order(&[], 1),
+            }
+        }
     }
 }
 

@@ -476,6 +476,7 @@ impl Loader {
 
     fn start_run(&mut self) -> Result<(), Error> {
         let plan = self.plan()?;
+        self.source.set_plan(&plan);
         let job = Job {
             source: Arc::clone(&self.source),
             transform: self.transform.clone(),

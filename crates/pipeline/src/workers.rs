@@ -214,9 +214,26 @@ impl Job {
         }
         self.stats.skipped(&error);
         let len = self.plan.len();
+        let manifest = self.source.manifest();
+        let shard_of = |id: u64| manifest.locate(id).map(|(s, _)| s);
+        // A shard that cannot be read at all (a remote object whose download failed for good)
+        // fails every sample in it the same way: its other positions are passed over
+        // without counting against the replacements (and without reading them again).
+        let dead = match &error {
+            Error::Io { .. } => shard_of(self.plan.get(i)),
+            _ => None,
+        };
         let mut last = error;
-        for k in 1..=MAX_REPLACEMENTS.min(len.saturating_sub(1)) {
+        let mut tried = 0;
+        for k in 1..len {
+            if tried == MAX_REPLACEMENTS {
+                break;
+            }
             let id = self.plan.get((i + k) % len);
+            if dead.is_some() && shard_of(id) == dead {
+                continue;
+            }
+            tried += 1;
             let mut r = self.read(id);
             if let (Ok(s), true, Some(t)) = (&mut r, transform, &self.transform)
                 && let Err(e) = self.transform_one(t.as_ref(), s, out)

@@ -1,4 +1,6 @@
 //! End-to-end tests of the facade: formats through the engine.
 
 mod parquet;
+#[cfg(feature = "remote")]
+mod remote;
 mod tfrecord;

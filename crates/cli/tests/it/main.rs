@@ -1,6 +1,7 @@
 //! The `chute` command, run as a user would (one test binary).
 
 mod convert;
+mod remote;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,7 +13,7 @@ fn chute(args: &[&str]) -> Output {
         .expect("chute runs")
 }
 
-fn ok(args: &[&str]) -> String {
+pub(crate) fn ok(args: &[&str]) -> String {
     let out = chute(args);
     assert!(
         out.status.success(),
@@ -41,7 +42,7 @@ fn token_file(dir: &Path, name: &str, n: usize, seed: u64) -> PathBuf {
     bin
 }
 
-fn json(out: &str) -> serde_json::Value {
+pub(crate) fn json(out: &str) -> serde_json::Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 

@@ -1,0 +1,430 @@
+//! Remote shards against real servers: nginx (HTTP with range requests), moto (S3) and
+//! `scripts/faultproxy.py` (503, 429, bodies cut mid-way, resets, a stall, on a schedule).
+//!
+//! `scripts/test.sh` starts them when `CHUTE_TEST_SERVERS=1` (as `.ci/run` does) and exports
+//! `CHUTE_TEST_HTTP_DIR` (the folder nginx serves), `CHUTE_TEST_HTTP_URL`,
+//! `CHUTE_TEST_PROXY_URL` (the faulty proxy in front of nginx) and `CHUTE_TEST_S3_ENDPOINT` /
+//! `CHUTE_TEST_S3_BUCKET` (with `AWS_*` variables for object_store). Without them every test
+//! here prints why and passes without checking anything.
+
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+use std::time::Duration;
+
+use chute::Shuffle;
+use chute::core::{OnError, SampleRng, Source};
+use chute::formats::example::{Example, Feature};
+use chute::formats::tfrecord::{
+    TfRecordFileWriter, TfRecordOptions, TfRecordSource, WriterOptions,
+};
+use chute::formats::webdataset::{
+    ShardWriter, ShardWriterOptions, WebDatasetOptions, WebDatasetSource, expand_braces,
+};
+use chute::io::{IoSnapshot, RemoteOptions, set_remote_options};
+use chute::pipeline::Loader;
+use chute::pipeline::check::StreamDigest;
+
+struct Servers {
+    dir: PathBuf,
+    http: String,
+    proxy: String,
+    s3: Option<(String, String)>,
+}
+
+/// The test servers, or `None` (printing why) when they are not running.
+fn servers(test: &str) -> Option<Servers> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(dir), Some(http), Some(proxy)) = (
+        var("CHUTE_TEST_HTTP_DIR"),
+        var("CHUTE_TEST_HTTP_URL"),
+        var("CHUTE_TEST_PROXY_URL"),
+    ) else {
+        eprintln!(
+            "skipping {test}: no test servers (CHUTE_TEST_HTTP_DIR/_URL, CHUTE_TEST_PROXY_URL \
+             unset); run CHUTE_TEST_SERVERS=1 ./scripts/test.sh to start nginx, moto and the \
+             fault proxy"
+        );
+        return None;
+    };
+    static OPTIONS: Once = Once::new();
+    OPTIONS.call_once(|| {
+        // Short backoffs and timeouts so the proxy's faults cost little time; enough attempts
+        // that its schedule (3 faults in 10 requests) never exhausts them.
+        let mut o = RemoteOptions::default();
+        o.backoff_base = Duration::from_millis(5);
+        o.backoff_max = Duration::from_millis(100);
+        o.timeout = Duration::from_secs(1);
+        o.max_attempts = 40;
+        o.read_ahead = 2;
+        set_remote_options(o);
+    });
+    let s3 = var("CHUTE_TEST_S3_ENDPOINT").zip(var("CHUTE_TEST_S3_BUCKET"));
+    Some(Servers {
+        dir: PathBuf::from(dir).join(test),
+        http: format!("{http}/{test}"),
+        proxy: format!("{proxy}/{test}"),
+        s3,
+    })
+}
+
+/// Uploads every file of `dir` to the S3 test bucket under `prefix/`.
+fn upload(dir: &Path, bucket: &str, prefix: &str) {
+    use object_store::aws::AmazonS3Builder;
+    use object_store::{ObjectStoreExt, PutPayload};
+    let store = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .unwrap();
+    // A runtime for the test's own uploads; chute's reads use chute-io's runtime.
+    #[allow(clippy::disallowed_methods)]
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let key = format!("{prefix}/{}", p.file_name().unwrap().to_str().unwrap());
+        let data = std::fs::read(&p).unwrap();
+        rt.block_on(store.put(&key.as_str().into(), PutPayload::from(data)))
+            .unwrap();
+    }
+}
+
+/// WebDataset shards of 40 samples each (random sizes), with index files.
+fn write_wds(dir: &Path, shards: u64) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    let pattern = dir.join("wds-%02d.tar");
+    let mut w = ShardWriter::new(
+        pattern.to_str().unwrap(),
+        ShardWriterOptions {
+            max_count: 40,
+            write_index: true,
+            ..ShardWriterOptions::default()
+        },
+    )
+    .unwrap();
+    let mut rng = SampleRng::from_key(11);
+    for i in 0..shards * 40 {
+        let n = 100 + rng.below(3000) as usize;
+        let data: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+        let cls = (i % 10).to_string();
+        w.write(
+            &format!("s{i:05}"),
+            &[("bin", &data), ("cls", cls.as_bytes())],
+        )
+        .unwrap();
+    }
+    w.finish()
+        .unwrap()
+        .into_iter()
+        .map(|s| PathBuf::from(s.path))
+        .collect()
+}
+
+/// TFRecord shards of 60 Examples each, with index files.
+fn write_tfrecord(dir: &Path, shards: usize) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut rng = SampleRng::from_key(12);
+    (0..shards)
+        .map(|s| {
+            let path = dir.join(format!("rec-{s}.tfrecord"));
+            let opts = WriterOptions {
+                gzip: false,
+                index: true,
+            };
+            let mut w = TfRecordFileWriter::create(&path, opts).unwrap();
+            for _ in 0..60 {
+                let mut ex = Example::default();
+                ex.insert("label", Feature::Int64(vec![rng.below(100) as i64]));
+                let x = (0..16).map(|_| rng.next_f64() as f32).collect();
+                ex.insert("x", Feature::Float(x));
+                w.write_record(&ex.encode()).unwrap();
+            }
+            w.finish().unwrap();
+            path
+        })
+        .collect()
+}
+
+/// The digest of one epoch of `source` for one rank, and what the source fetched.
+fn digest(
+    source: impl Source,
+    stats: impl Fn(&dyn std::any::Any) -> IoSnapshot,
+    shuffle: Shuffle,
+    rank: u64,
+    world: u64,
+) -> (String, u64, IoSnapshot) {
+    let source = std::sync::Arc::new(source);
+    let mut loader = Loader::builder_arc(source.clone())
+        .batch_size(8)
+        .shuffle(shuffle)
+        .seed(3)
+        .num_workers(2)
+        .distributed(rank, world)
+        .build()
+        .unwrap();
+    let mut d = StreamDigest::new();
+    let mut n = 0;
+    for b in &mut loader {
+        let b = b.unwrap();
+        n += b.len() as u64;
+        d.update(&b);
+    }
+    (d.hex(), n, stats(&*source as &dyn std::any::Any))
+}
+
+fn wds_stats(s: &dyn std::any::Any) -> IoSnapshot {
+    s.downcast_ref::<WebDatasetSource>().unwrap().io_stats()
+}
+
+fn tfr_stats(s: &dyn std::any::Any) -> IoSnapshot {
+    s.downcast_ref::<TfRecordSource>().unwrap().io_stats()
+}
+
+fn wds(paths: &[String]) -> WebDatasetSource {
+    WebDatasetSource::open(paths, WebDatasetOptions::default()).unwrap()
+}
+
+fn tfr(paths: &[String]) -> TfRecordSource {
+    TfRecordSource::open(paths, TfRecordOptions::default()).unwrap()
+}
+
+fn names(paths: &[PathBuf]) -> Vec<String> {
+    paths
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+        .collect()
+}
+
+const SHUFFLES: [Shuffle; 3] = [Shuffle::Block { window: 2 }, Shuffle::Global, Shuffle::None];
+
+#[test]
+fn webdataset_from_path_nginx_and_s3_gives_one_digest() {
+    let Some(sv) = servers("wds_same") else {
+        return;
+    };
+    let local = write_wds(&sv.dir, 5);
+    let local: Vec<String> = local.iter().map(|p| p.display().to_string()).collect();
+    // A brace pattern over URLs expands as over paths.
+    let http = expand_braces(&format!("{}/wds-{{00..04}}.tar", sv.http)).unwrap();
+    let mut sources = vec![("http", http)];
+    if let Some((_, bucket)) = &sv.s3 {
+        upload(&sv.dir, bucket, "wds_same");
+        let s3 = (0..5)
+            .map(|i| format!("s3://{bucket}/wds_same/wds-{i:02}.tar"))
+            .collect();
+        sources.push(("s3", s3));
+    } else {
+        eprintln!("no S3 server (CHUTE_TEST_S3_ENDPOINT unset): checking HTTP only");
+    }
+    for shuffle in SHUFFLES {
+        let (want, n, none) = digest(wds(&local), wds_stats, shuffle, 0, 1);
+        assert_eq!(n, 200);
+        assert_eq!(none, IoSnapshot::default(), "local shards fetch nothing");
+        for (what, urls) in &sources {
+            let (got, _, st) = digest(wds(urls), wds_stats, shuffle, 0, 1);
+            assert_eq!(got, want, "{what}, {shuffle:?}");
+            assert!(st.bytes_fetched > 0, "{what}: {st:?}");
+            if matches!(shuffle, Shuffle::Block { .. }) {
+                // Streamed whole, each shard once.
+                let total: u64 = (0..5)
+                    .map(|i| std::fs::metadata(&local[i]).unwrap().len())
+                    .sum();
+                assert_eq!(st.bytes_fetched, total, "{what}: {st:?}");
+                assert_eq!(st.shards_fetched, 5, "{what}: {st:?}");
+            } else if shuffle == Shuffle::Global {
+                assert_eq!(st.shards_fetched, 0, "random access reads ranges: {st:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn tfrecord_from_path_nginx_and_s3_gives_one_digest() {
+    let Some(sv) = servers("tfr_same") else {
+        return;
+    };
+    let local = write_tfrecord(&sv.dir, 4);
+    let local_s: Vec<String> = local.iter().map(|p| p.display().to_string()).collect();
+    let mut sources = vec![(
+        "http",
+        names(&local)
+            .iter()
+            .map(|n| format!("{}/{n}", sv.http))
+            .collect::<Vec<_>>(),
+    )];
+    if let Some((_, bucket)) = &sv.s3 {
+        upload(&sv.dir, bucket, "tfr_same");
+        let s3 = names(&local)
+            .iter()
+            .map(|n| format!("s3://{bucket}/tfr_same/{n}"))
+            .collect();
+        sources.push(("s3", s3));
+    }
+    for shuffle in SHUFFLES {
+        let (want, n, _) = digest(tfr(&local_s), tfr_stats, shuffle, 0, 1);
+        assert_eq!(n, 240);
+        for (what, urls) in &sources {
+            let (got, _, st) = digest(tfr(urls), tfr_stats, shuffle, 0, 1);
+            assert_eq!(got, want, "{what}, {shuffle:?}");
+            assert!(st.bytes_fetched > 0, "{what}: {st:?}");
+            if shuffle == Shuffle::Global {
+                // Random access: each batch's records of one shard are one coalesced range
+                // request, so far fewer requests than records (4 HEADs included).
+                assert_eq!(st.shards_fetched, 0, "{what}: {st:?}");
+                assert!(st.requests <= 4 + 30 * 4, "{what}: {st:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn through_the_faulty_proxy_an_epoch_has_exactly_the_clean_samples() {
+    let Some(sv) = servers("faulty") else {
+        return;
+    };
+    let wds_local = write_wds(&sv.dir, 4);
+    let tfr_local = write_tfrecord(&sv.dir, 3);
+    let via = |paths: &[PathBuf]| -> Vec<String> {
+        names(paths)
+            .iter()
+            .map(|n| format!("{}/{n}", sv.proxy))
+            .collect()
+    };
+    let local = |paths: &[PathBuf]| -> Vec<String> {
+        paths.iter().map(|p| p.display().to_string()).collect()
+    };
+    let mut retries = 0;
+    for shuffle in [Shuffle::Block { window: 1 }, Shuffle::Global] {
+        let (want, _, _) = digest(wds(&local(&wds_local)), wds_stats, shuffle, 0, 1);
+        let (got, _, st) = digest(wds(&via(&wds_local)), wds_stats, shuffle, 0, 1);
+        assert_eq!(got, want, "webdataset, {shuffle:?}: {st:?}");
+        retries += st.retries;
+        let (want, _, _) = digest(tfr(&local(&tfr_local)), tfr_stats, shuffle, 0, 1);
+        let (got, _, st) = digest(tfr(&via(&tfr_local)), tfr_stats, shuffle, 0, 1);
+        assert_eq!(got, want, "tfrecord, {shuffle:?}: {st:?}");
+        retries += st.retries;
+    }
+    assert!(retries > 0, "the proxy's faults were retried");
+}
+
+#[test]
+fn each_rank_fetches_about_its_share() {
+    let Some(sv) = servers("ranks") else {
+        return;
+    };
+    let local = write_wds(&sv.dir, 16);
+    let total: u64 = local
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    let largest = local
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .max()
+        .unwrap();
+    let urls: Vec<String> = names(&local)
+        .iter()
+        .map(|n| format!("{}/{n}", sv.http))
+        .collect();
+    let world = 4;
+    let mut sum = 0;
+    let mut samples = 0;
+    for rank in 0..world {
+        let (_, n, st) = digest(
+            wds(&urls),
+            wds_stats,
+            Shuffle::Block { window: 2 },
+            rank,
+            world,
+        );
+        samples += n;
+        sum += st.bytes_fetched;
+        let share = total / world;
+        assert!(
+            st.bytes_fetched <= share + largest && st.bytes_fetched + largest >= share,
+            "rank {rank} fetched {} bytes; its share is {share} (total {total}, shards up to \
+             {largest})",
+            st.bytes_fetched
+        );
+    }
+    assert_eq!(samples, 16 * 40);
+    assert!(sum <= total + 2 * largest * (world - 1), "{sum} of {total}");
+}
+
+#[test]
+fn failures_name_the_url_the_attempts_and_the_cause() {
+    let Some(sv) = servers("failures") else {
+        return;
+    };
+    // A missing object: not retried.
+    let url = format!("{}/missing.tar", sv.http);
+    let e = WebDatasetSource::open(&[&url], WebDatasetOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&url) && e.contains("HEAD failed"), "{e}");
+    // A server that answers 503 forever: retried until the attempts run out.
+    let proxy = sv.proxy.rsplit_once('/').unwrap().0;
+    let url = format!("{proxy}/always503/x.tar");
+    let e = WebDatasetSource::open(&[&url], WebDatasetOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&url), "{e}");
+    assert!(e.contains("after 40 attempts"), "{e}");
+    assert!(e.contains("503"), "{e}");
+}
+
+#[test]
+fn with_on_error_skip_a_shard_that_never_downloads_is_skipped_and_reported() {
+    let Some(sv) = servers("skip_dead") else {
+        return;
+    };
+    let local = write_wds(&sv.dir, 4);
+    let proxy = sv.proxy.rsplit_once('/').unwrap().0;
+    let dead = format!("{proxy}/get503/skip_dead/wds-02.tar");
+    let urls: Vec<String> = names(&local)
+        .iter()
+        .map(|n| match n.as_str() {
+            "wds-02.tar" => dead.clone(),
+            n => format!("{}/{n}", sv.http),
+        })
+        .collect();
+    let source = wds(&urls);
+    assert_eq!(
+        source.manifest().total_samples(),
+        160,
+        "the dead shard opens"
+    );
+    let mut loader = Loader::builder(source)
+        .batch_size(8)
+        .shuffle(Shuffle::Block { window: 1 })
+        .num_workers(2)
+        .on_error(OnError::Skip)
+        .build()
+        .unwrap();
+    let mut keys = Vec::new();
+    for b in &mut loader {
+        let b = b.expect("skip keeps the epoch going");
+        let Some(chute::Column::Var(k)) = b.get("__key__") else {
+            panic!("keys are a variable-length column")
+        };
+        keys.extend((0..k.len()).map(|i| String::from_utf8(k.get(i).to_vec()).unwrap()));
+    }
+    let stats = loader.stats();
+    assert_eq!(
+        stats.skipped, 40,
+        "every sample of the dead shard: {stats:?}"
+    );
+    let last = stats.skipped_recent.last().unwrap();
+    assert!(
+        last.contains(&dead) && last.contains("attempts") && last.contains("503"),
+        "{last}"
+    );
+    assert_eq!(keys.len(), 160);
+    // Shard 2 holds samples 80..120; none of them is delivered.
+    assert!(
+        keys.iter()
+            .all(|k| !(80..120).contains(&k[1..].parse::<u32>().unwrap())),
+        "{keys:?}"
+    );
+}

@@ -1,0 +1,200 @@
+//! The command line over remote shards: nginx and the fault proxy that `scripts/test.sh`
+//! starts when `CHUTE_TEST_SERVERS=1` (see `crates/chute/tests/it/remote.rs`). Without them
+//! each test prints why and passes without checking anything.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use chute::core::SampleRng;
+use chute::formats::webdataset::{ShardWriter, ShardWriterOptions};
+
+use crate::{json, ok};
+
+struct Servers {
+    dir: PathBuf,
+    http: String,
+    proxy: String,
+}
+
+fn servers(test: &str) -> Option<Servers> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (Some(dir), Some(http), Some(proxy)) = (
+        var("CHUTE_TEST_HTTP_DIR"),
+        var("CHUTE_TEST_HTTP_URL"),
+        var("CHUTE_TEST_PROXY_URL"),
+    ) else {
+        eprintln!(
+            "skipping {test}: no test servers (CHUTE_TEST_HTTP_DIR/_URL, CHUTE_TEST_PROXY_URL \
+             unset); run CHUTE_TEST_SERVERS=1 ./scripts/test.sh to start them"
+        );
+        return None;
+    };
+    let dir = PathBuf::from(dir).join(test);
+    std::fs::create_dir_all(&dir).unwrap();
+    Some(Servers {
+        dir,
+        http: format!("{http}/{test}"),
+        proxy: format!("{proxy}/{test}"),
+    })
+}
+
+/// `n` WebDataset shards `wds-NN.tar` of 30 samples, with index files; their paths.
+fn shards(dir: &Path, n: u64) -> Vec<PathBuf> {
+    let pattern = dir.join("wds-%02d.tar");
+    let mut w = ShardWriter::new(
+        pattern.to_str().unwrap(),
+        ShardWriterOptions {
+            max_count: 30,
+            write_index: true,
+            ..ShardWriterOptions::default()
+        },
+    )
+    .unwrap();
+    let mut rng = SampleRng::from_key(7);
+    for i in 0..n * 30 {
+        let data: Vec<u8> = (0..200 + rng.below(2000))
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        w.write(&format!("k{i:04}"), &[("bin", &data)]).unwrap();
+    }
+    w.finish()
+        .unwrap()
+        .into_iter()
+        .map(|s| PathBuf::from(s.path))
+        .collect()
+}
+
+/// `chute bench ARGS --json --digest --quiet` with short retry settings.
+fn bench(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["bench", "--json", "--digest", "--quiet", "--timeout", "1"];
+    all.extend_from_slice(args);
+    json(&ok(&all))
+}
+
+#[test]
+fn urls_manifests_and_the_node_cache() {
+    let Some(sv) = servers("cli_cache") else {
+        return;
+    };
+    let paths = shards(&sv.dir, 8);
+    let pattern = sv.dir.join("wds-{00..07}.tar");
+    let local = bench(&[
+        pattern.to_str().unwrap(),
+        "--shuffle",
+        "block",
+        "--epochs",
+        "2",
+    ]);
+    assert!(local.get("remote").is_none(), "{local}");
+    let urls = format!("{}/wds-{{00..07}}.tar", sv.http);
+    let cache = tempfile::tempdir().unwrap();
+    let cache_dir = cache.path().join("c");
+    let cache_s = cache_dir.to_str().unwrap();
+    let first = bench(&[
+        &urls,
+        "--shuffle",
+        "block",
+        "--epochs",
+        "2",
+        "--cache-dir",
+        cache_s,
+    ]);
+    assert_eq!(first["digest"], local["digest"], "{first}");
+    let r = &first["remote"];
+    assert_eq!(r["shards_fetched"], 8, "each shard downloaded once: {r}");
+    let total: u64 = paths
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(r["bytes_fetched"].as_u64().unwrap() >= total, "{r}");
+    let entries = std::fs::read_dir(&cache_dir).unwrap().count();
+    assert_eq!(entries, 8, "one cache entry per shard");
+    // Another process on the node: every shard from the cache, none downloaded.
+    let second = bench(&[&urls, "--shuffle", "block", "--cache-dir", cache_s]);
+    let r = &second["remote"];
+    assert_eq!(r["shards_fetched"], 0, "{r}");
+    assert_eq!(r["cache_hits"], 8, "{r}");
+
+    // A manifest read by URL, its shard paths relative to it.
+    ok(&["index", pattern.to_str().unwrap()]);
+    let by_manifest = bench(&[&format!("{}/manifest.json", sv.http), "--shuffle", "block"]);
+    let one_epoch = bench(&[pattern.to_str().unwrap(), "--shuffle", "block"]);
+    assert_eq!(by_manifest["digest"], one_epoch["digest"]);
+    // verify and inspect take URLs; index writes a local manifest for remote shards.
+    let url0 = format!("{}/wds-00.tar", sv.http);
+    let out = ok(&["verify", &url0, &format!("{}/wds-01.tar", sv.http)]);
+    assert!(out.contains("2 shard(s), 60 sample(s) read: ok"), "{out}");
+    let out = ok(&["inspect", &url0]);
+    assert!(out.contains("k0000"), "{out}");
+    let m = cache.path().join("remote.json");
+    let out = ok(&["index", &urls, "-o", m.to_str().unwrap()]);
+    assert!(out.contains("8 remote shard(s)"), "{out}");
+    let text = std::fs::read_to_string(&m).unwrap();
+    assert!(text.contains(&url0), "{text}");
+}
+
+#[test]
+fn a_killed_download_leaves_no_corrupt_cache_entry() {
+    let Some(sv) = servers("cli_killed") else {
+        return;
+    };
+    let paths = shards(&sv.dir, 8);
+    let originals: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let cache = tempfile::tempdir().unwrap();
+    let cache_s = cache.path().to_str().unwrap();
+    // Through the faulty proxy (its stall makes downloads slow), killed once a shard is cached.
+    let urls = format!("{}/wds-{{00..07}}.tar", sv.proxy);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chute"))
+        .args([
+            "bench",
+            &urls,
+            "--shuffle",
+            "block",
+            "--quiet",
+            "--cache-dir",
+            cache_s,
+        ])
+        .args(["--timeout", "1", "--read-ahead", "4"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let entries = || -> Vec<PathBuf> {
+        std::fs::read_dir(cache.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| !p.to_str().unwrap().ends_with(".part"))
+            .collect()
+    };
+    let t0 = Instant::now();
+    while entries().is_empty() && t0.elapsed() < Duration::from_secs(120) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    child.wait().unwrap();
+    let kept = entries();
+    assert!(!kept.is_empty(), "nothing was cached before the kill");
+    for e in &kept {
+        let bytes = std::fs::read(e).unwrap();
+        assert!(
+            originals.contains(&bytes),
+            "{} is not a whole copy of a shard ({} bytes)",
+            e.display(),
+            bytes.len()
+        );
+    }
+    // The next run (same URLs: the cache is keyed by URL and version) uses what was cached
+    // and reads the same samples as the local shards.
+    let again = bench(&[&urls, "--shuffle", "block", "--cache-dir", cache_s]);
+    let local = bench(&[
+        sv.dir.join("wds-{00..07}.tar").to_str().unwrap(),
+        "--shuffle",
+        "block",
+    ]);
+    assert_eq!(again["digest"], local["digest"]);
+    assert!(again["remote"]["cache_hits"].as_u64().unwrap() >= kept.len() as u64);
+}

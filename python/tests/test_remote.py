@@ -1,0 +1,107 @@
+"""Shards by URL: nginx and the fault proxy that scripts/test.sh starts when
+CHUTE_TEST_SERVERS=1 (as .ci/run does); without them these tests skip, saying so."""
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import chute
+
+TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
+HTTP_DIR = os.environ.get("CHUTE_TEST_HTTP_DIR")
+HTTP_URL = os.environ.get("CHUTE_TEST_HTTP_URL")
+PROXY_URL = os.environ.get("CHUTE_TEST_PROXY_URL")
+
+pytestmark = pytest.mark.skipif(
+    not (HTTP_DIR and HTTP_URL and PROXY_URL),
+    reason="no test servers (CHUTE_TEST_HTTP_DIR/_URL, CHUTE_TEST_PROXY_URL unset); "
+    "run CHUTE_TEST_SERVERS=1 ./scripts/test.sh",
+)
+
+
+def publish(name: str, files) -> str:
+    """Copies files into the folder nginx serves, under name/; returns that folder's path part."""
+    d = Path(HTTP_DIR) / name
+    d.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy(f, d / Path(f).name)
+    return name
+
+
+def batches(source, **kw):
+    loader = chute.Loader(source, batch_size=2, num_workers=2, **kw)
+    return [{k: (np.asarray(v).tolist() if hasattr(v, "shape") else list(v)) for k, v in b.items()}
+            for b in loader]
+
+
+def test_webdataset_by_url_reads_what_the_files_hold():
+    shards = sorted((TESTDATA / "webdataset").glob("wds-shard-*.tar"))
+    name = publish("py_wds", shards)
+    local = chute.webdataset([str(s) for s in shards])
+    before = chute.io_stats()
+    for base in (HTTP_URL, PROXY_URL):
+        remote = chute.webdataset(f"{base}/{name}/wds-shard-{{000000..000001}}.tar")
+        assert len(remote) == len(local) == 5
+        for shuffle in (False, True):
+            assert batches(remote, shuffle=shuffle, seed=2) == batches(local, shuffle=shuffle, seed=2)
+    after = chute.io_stats()
+    assert after["bytes_fetched"] > before["bytes_fetched"]
+    assert after["requests"] > before["requests"]
+
+
+def test_tfrecord_by_url_and_errors_name_the_url():
+    f = TESTDATA / "tfrecord" / "examples.tfrecord"
+    name = publish("py_tfr", [f])
+    remote = chute.tfrecord(f"{HTTP_URL}/{name}/examples.tfrecord")
+    assert batches(remote) == batches(chute.tfrecord(str(f)))
+    missing = f"{HTTP_URL}/{name}/missing.tfrecord"
+    with pytest.raises(OSError) as e:
+        chute.tfrecord(missing)
+    assert missing in str(e.value)
+
+
+def test_remote_options_are_checked():
+    with pytest.raises(chute.ConfigError):
+        chute.set_remote_options(timeout=-1)
+    chute.set_remote_options(read_ahead=1, retries=20, timeout=5)
+
+
+def _child_reads(pattern, inherited, queue):
+    try:
+        rest = [list(b["__key__"]) for b in inherited]
+        # A source opened in the child: its HEAD requests and downloads need an I/O runtime
+        # of the child's own (the parent's threads did not survive the fork).
+        own = [list(b["__key__"]) for b in chute.Loader(chute.webdataset(pattern), batch_size=2)]
+        queue.put((rest, own))
+    except BaseException as e:  # report, never hang the parent
+        queue.put(repr(e))
+
+
+# JAX (imported by an earlier test module) warns about any fork; chute's threads are the ones
+# this test is about, and they are re-created in the child.
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+def test_a_forked_child_downloads_on_its_own_runtime():
+    import multiprocessing
+
+    shards = sorted((TESTDATA / "webdataset").glob("wds-shard-*.tar"))
+    name = publish("py_fork", shards)
+    pattern = f"{HTTP_URL}/{name}/wds-shard-{{000000..000001}}.tar"
+    source = chute.webdataset(pattern)
+    keys = [k for b in chute.Loader(source, batch_size=2) for k in b["__key__"]]
+    parent = chute.Loader(source, batch_size=2, num_workers=1)
+    it = iter(parent)
+    head = list(next(it)["__key__"])
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_reads, args=(pattern, parent, queue))
+    child.start()
+    result = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert not isinstance(result, str), result
+    rest, own = result
+    assert head + [k for b in rest for k in b] == keys
+    assert [k for b in own for k in b] == keys
