@@ -38,7 +38,9 @@ def tokens(
     dtype: _DType = "uint16",
     out_dtype: _DType = "int64",
 ) -> Source:
-    """Token files (nanoGPT's ``.bin``): windows of ``seq_len + 1`` tokens, column ``tokens``."""
+    """Token files (nanoGPT's ``.bin``): windows of ``seq_len + 1`` tokens, column ``tokens``.
+    Local files are memory-mapped; URLs (http(s)://, s3://, gs://, az://) are downloaded whole
+    when the source is opened."""
 
 def webdataset(urls: Union[_Path, Sequence[_Path]], *, index: str = "auto") -> Source:
     """WebDataset tar shards, paths or URLs (http(s)://, s3://, gs://, az://; brace patterns
@@ -77,7 +79,8 @@ def parquet(
     columns: Optional[Sequence[str]] = None,
     chunk_rows: Optional[int] = None,
 ) -> Source:
-    """Parquet files: projected columns; numeric ``[B]``, fixed-size lists ``[B, k]``."""
+    """Parquet files, paths or URLs (downloaded whole when opened): projected columns; numeric
+    ``[B]``, fixed-size lists ``[B, k]``."""
 
 @final
 class Tensor:

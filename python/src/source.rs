@@ -155,7 +155,7 @@ pub(crate) fn tfrecord(
     })
 }
 
-/// Parquet files (local paths; brace patterns expand). `columns` projects (default: all);
+/// Parquet files (paths or URLs, downloaded whole when opened; brace patterns expand). `columns` projects (default: all);
 /// numeric columns come out as `[B]`, fixed-size lists as `[B, k]`, binary and string columns
 /// as lists. Row groups are split into shards of at most `chunk_rows` rows (default 16,384).
 #[pyfunction]
@@ -196,7 +196,7 @@ pub(crate) fn dtype(option: &str, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 }
 
 /// Token files (nanoGPT's `.bin`: flat little-endian `uint16` or `uint32` ids, no header),
-/// one shard per file. Sample `i` of a file is the window of `seq_len + 1` tokens starting at
+/// one shard per file; paths, or URLs downloaded whole when opened. Sample `i` of a file is the window of `seq_len + 1` tokens starting at
 /// token `i * (seq_len + 1)`; batches have one column, `tokens`, of `out_dtype`.
 #[pyfunction]
 #[pyo3(signature = (paths, seq_len, dtype=None, out_dtype=None),

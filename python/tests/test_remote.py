@@ -105,3 +105,14 @@ def test_a_forked_child_downloads_on_its_own_runtime():
     rest, own = result
     assert head + [k for b in rest for k in b] == keys
     assert [k for b in own for k in b] == keys
+
+
+def test_token_files_by_url_are_downloaded_whole_and_read_as_local(tmp_path):
+    path = tmp_path / "tokens.bin"
+    np.arange(3000, dtype=np.uint16).tofile(path)
+    name = publish("py_tokens", [path])
+    local = chute.tokens(str(path), seq_len=32)
+    for base in (HTTP_URL, PROXY_URL):
+        remote = chute.tokens(f"{base}/{name}/tokens.bin", seq_len=32)
+        assert len(remote) == len(local)
+        assert batches(remote, shuffle=True, seed=5) == batches(local, shuffle=True, seed=5)

@@ -73,3 +73,29 @@ pub use npy::{NpyHeader, npy_descr, read_npy, write_npy};
 pub use tfrecord::{TfRecordOptions, TfRecordSource};
 pub use tokens::{TOKENS_FIELD, TokenOptions, TokenSource, TokenWriter};
 pub use webdataset::{WebDatasetOptions, WebDatasetSource, expand_braces};
+
+/// The whole contents of each of `paths` (local paths or URLs, see [`chute_io::Location`]),
+/// with its name: a view of the memory map for a local file (advised for random access when
+/// `random`), or the object downloaded whole (through the node-local cache, if one is set)
+/// for a URL. For sources that read files in place rather than streaming them as shards.
+pub(crate) fn open_whole<P: AsRef<std::path::Path>>(
+    paths: &[P],
+    random: bool,
+) -> Result<Vec<(String, bytes::Bytes)>, chute_core::Error> {
+    let locations = paths
+        .iter()
+        .map(|p| chute_io::Location::from_path(p.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let set = chute_io::ShardSet::open(&locations)?;
+    (0..set.len())
+        .map(|i| {
+            if let Some(map) = set.mapped(i) {
+                if random {
+                    map.advise_random();
+                }
+                return Ok((set.uri(i).to_string(), map.bytes(0..map.len())));
+            }
+            Ok((set.uri(i).to_string(), set.get(i)?))
+        })
+        .collect()
+}

@@ -33,7 +33,6 @@ use chute_core::{
     Array, BufferPool, Column, ConfigError, DType, Error, Field, FieldName, Manifest, Sample,
     ShardInfo, Source, Tensor, VarColumn,
 };
-use chute_io::MappedFile;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -194,8 +193,8 @@ impl std::fmt::Debug for ParquetSource {
 }
 
 impl ParquetSource {
-    /// Opens `paths` (memory-mapped; only footers are read here). Every file must have the
-    /// projected columns with the same types.
+    /// Opens `paths` (local files memory-mapped, URLs downloaded whole; only footers are read
+    /// here). Every file must have the projected columns with the same types.
     pub fn open<P: AsRef<Path>>(paths: &[P], options: ParquetOptions) -> Result<Self, Error> {
         if paths.is_empty() {
             return Err(ConfigError::new("paths", "no Parquet files given").into());
@@ -209,11 +208,8 @@ impl ParquetSource {
         let mut names: Vec<String> = Vec::new();
         let mut kinds: Vec<Kind> = Vec::new();
         let mut total_uncompressed = 0i64;
-        for (fi, path) in paths.iter().enumerate() {
-            let path = path.as_ref();
-            let origin = path.display().to_string();
-            let map = MappedFile::open(path)?;
-            let data = map.bytes(0..map.len());
+        for (fi, (origin, data)) in crate::open_whole(paths, false)?.into_iter().enumerate() {
+            let path = PathBuf::from(&origin);
             let meta =
                 ArrowReaderMetadata::load(&data, ArrowReaderOptions::new()).map_err(|e| {
                     Error::corrupt(&origin, 0, format!("not a readable Parquet file: {e}"))

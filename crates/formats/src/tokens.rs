@@ -16,10 +16,10 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use chute_core::{
     Array, ConfigError, DType, Error, Field, Manifest, Sample, ShardInfo, Source, check_cast,
 };
-use chute_io::MappedFile;
 
 /// The name of the one field of a token sample.
 pub const TOKENS_FIELD: &str = "tokens";
@@ -51,15 +51,17 @@ impl Default for TokenOptions {
 
 /// Token files as a [`Source`]: sample `id` is one window of `seq_len + 1` tokens.
 ///
-/// Files are memory-mapped (with `madvise(MADV_RANDOM)`, since shuffled reads touch pages in
-/// random order), never read whole, so a file larger than RAM works and opening costs one
-/// `mmap` per file. [`Source::read`] does no per-token work: the sample's `tokens` field is a
+/// Local files are memory-mapped (with `madvise(MADV_RANDOM)`, since shuffled reads touch
+/// pages in random order), never read whole, so a file larger than RAM works and opening costs
+/// one `mmap` per file. A URL (`https://`, `s3://`, ...) is downloaded whole when the source
+/// is opened (into memory; with a node-local cache directory set, later opens map the cached
+/// copy). [`Source::read`] does no per-token work: the sample's `tokens` field is a
 /// view of the map of shape `[seq_len + 1]` in the stored dtype, with
 /// [`Array::cast`] set to `out_dtype` when they differ, so the batcher widens while it copies
 /// the window into the batch.
 #[derive(Debug)]
 pub struct TokenSource {
-    files: Vec<MappedFile>,
+    files: Vec<Bytes>,
     manifest: Manifest,
     options: TokenOptions,
     /// Bytes per window: `(seq_len + 1) * dtype.size()`.
@@ -117,10 +119,7 @@ impl TokenSource {
 
         let mut files = Vec::with_capacity(paths.len());
         let mut shards = Vec::with_capacity(paths.len());
-        for path in paths {
-            let path = path.as_ref();
-            let file = MappedFile::open(path)?;
-            let name = path.display().to_string();
+        for (name, file) in crate::open_whole(paths, true)? {
             let len = file.len();
             if !len.is_multiple_of(dtype.size()) {
                 return Err(Error::corrupt(
@@ -134,7 +133,6 @@ impl TokenSource {
                     ),
                 ));
             }
-            file.advise_random();
             shards.push(ShardInfo {
                 path: name,
                 samples: (len / window_bytes) as u64,
@@ -158,8 +156,9 @@ impl TokenSource {
         self.options
     }
 
-    /// The mapped files, one per shard, in order.
-    pub fn files(&self) -> &[MappedFile] {
+    /// Each file's bytes, one per shard, in order: a view of its memory map, or its
+    /// downloaded contents for a URL.
+    pub fn files(&self) -> &[Bytes] {
         &self.files
     }
 
@@ -176,7 +175,7 @@ impl TokenSource {
             )
         };
         (
-            &self.files[file].as_slice()[start..start + self.window_bytes],
+            &self.files[file][start..start + self.window_bytes],
             self.options.dtype,
         )
     }
@@ -208,7 +207,7 @@ impl Source for TokenSource {
         let array = Array {
             dtype,
             shape: vec![seq_len + 1],
-            data: self.files[file].bytes(start..start + self.window_bytes),
+            data: self.files[file].slice(start..start + self.window_bytes),
             cast: (out_dtype != dtype).then_some(out_dtype),
         };
         Ok(Sample {
@@ -594,7 +593,7 @@ mod tests {
         assert_eq!(a.shape, [1024]);
         assert!(a.data.iter().all(|&b| b == 0));
         let (raw, _) = src.window(n - 1);
-        let map_end = src.files()[0].as_slice().as_ptr_range().end;
+        let map_end = src.files()[0].as_ptr_range().end;
         assert_eq!(raw.as_ptr_range().end, map_end);
     }
 }

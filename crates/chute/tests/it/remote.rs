@@ -428,3 +428,83 @@ fn with_on_error_skip_a_shard_that_never_downloads_is_skipped_and_reported() {
         "{keys:?}"
     );
 }
+
+#[test]
+fn token_and_parquet_files_by_url_give_the_local_digest() {
+    use chute::core::{Array, DType, Field, Sample};
+    use chute::formats::parquet::{ParquetOptions, ParquetSource, ParquetWriter};
+    use chute::formats::{TokenOptions, TokenSource, TokenWriter};
+    let Some(sv) = servers("whole_files") else {
+        return;
+    };
+    std::fs::create_dir_all(&sv.dir).unwrap();
+    let mut rng = SampleRng::from_key(13);
+    let mut tokens = Vec::new();
+    for f in 0..2 {
+        let path = sv.dir.join(format!("tok-{f}.bin"));
+        let mut w = TokenWriter::create(&path, DType::U16).unwrap();
+        let ids: Vec<u32> = (0..5000).map(|_| rng.below(50_000) as u32).collect();
+        w.write_tokens(&ids).unwrap();
+        w.finish().unwrap();
+        tokens.push(path);
+    }
+    let table = sv.dir.join("table.parquet");
+    let mut w = ParquetWriter::create(&table, 100).unwrap();
+    for i in 0..500u64 {
+        let x = (rng.next_f64() as f32).to_le_bytes();
+        let s = Sample::new(i)
+            .with("id", Field::Array(Array::scalar_i64(i as i64)))
+            .with(
+                "x",
+                Field::Array(Array::new(DType::F32, vec![], x.to_vec().into())),
+            );
+        w.write(&s).unwrap();
+    }
+    w.finish().unwrap();
+
+    let opts = TokenOptions {
+        seq_len: 64,
+        dtype: DType::U16,
+        out_dtype: DType::I64,
+    };
+    let no_stats = |_: &dyn std::any::Any| IoSnapshot::default();
+    let mut remotes = vec![("http", sv.http.clone())];
+    if let Some((_, bucket)) = &sv.s3 {
+        upload(&sv.dir, bucket, "whole_files");
+        remotes.push(("s3", format!("s3://{bucket}/whole_files")));
+    }
+    for shuffle in SHUFFLES {
+        let local: Vec<String> = tokens.iter().map(|p| p.display().to_string()).collect();
+        let (want, n, _) = digest(
+            TokenSource::open(&local, opts).unwrap(),
+            no_stats,
+            shuffle,
+            0,
+            1,
+        );
+        assert_eq!(n, 2 * (5000 / 65));
+        let (want_pq, rows, _) = digest(
+            ParquetSource::open(&[&table], ParquetOptions::default()).unwrap(),
+            no_stats,
+            shuffle,
+            0,
+            1,
+        );
+        assert_eq!(rows, 500);
+        for (what, base) in &remotes {
+            let urls = [format!("{base}/tok-0.bin"), format!("{base}/tok-1.bin")];
+            let (got, _, _) = digest(
+                TokenSource::open(&urls, opts).unwrap(),
+                no_stats,
+                shuffle,
+                0,
+                1,
+            );
+            assert_eq!(got, want, "tokens over {what}, {shuffle:?}");
+            let url = format!("{base}/table.parquet");
+            let src = ParquetSource::open(&[&url], ParquetOptions::default()).unwrap();
+            let (got, _, _) = digest(src, no_stats, shuffle, 0, 1);
+            assert_eq!(got, want_pq, "parquet over {what}, {shuffle:?}");
+        }
+    }
+}
