@@ -876,9 +876,15 @@ fn decode_crop_resize(
     (oh, ow): (usize, usize),
     dst: Option<&mut [u8]>,
 ) -> Result<Value, String> {
-    let (img, at) = match crate::jpeg::decode_crop(data, mode, (h, w), crop, (oh, ow))? {
-        Some(decoded) if image::sniff(data) == Some(image::ImageFormat::Jpeg) => decoded,
-        _ => {
+    let jpeg = image::sniff(data) == Some(image::ImageFormat::Jpeg);
+    let decoded = if jpeg {
+        crate::jpeg::decode_crop(data, mode, (h, w), crop, (oh, ow))?
+    } else {
+        None
+    };
+    let (img, at) = match decoded {
+        Some(decoded) => decoded,
+        None => {
             let img = image::decode(data, mode, None)?;
             let at = [
                 crop.top as f64,
@@ -1196,6 +1202,33 @@ pub(crate) mod tests {
                 Pipeline::from_json(spec).unwrap().slots().is_empty(),
                 "{spec}"
             );
+        }
+    }
+
+    #[test]
+    fn png_takes_the_fused_crop_and_resize_too() {
+        let (h, w) = (30u32, 40u32);
+        let px: Vec<u8> = (0..h * w * 3).map(|i| (i % 251) as u8).collect();
+        let mut data = Vec::new();
+        {
+            let mut enc = png::Encoder::new(&mut data, w, h);
+            enc.set_color(png::ColorType::Rgb);
+            enc.set_depth(png::BitDepth::Eight);
+            let mut writer = enc.write_header().unwrap();
+            writer.write_image_data(&px).unwrap();
+        }
+        for spec in [
+            r#"{"img": [{"op": "decode"}, {"op": "random_resized_crop", "size": 12}]}"#,
+            r#"{"img": [{"op": "decode"}, {"op": "resize", "size": 15}]}"#,
+        ] {
+            let p = Pipeline::from_json(spec).unwrap();
+            let mut s = Sample::new(0).with("img", Field::Bytes(data.clone().into()));
+            p.apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
+                .unwrap_or_else(|e| panic!("{spec}: {e}"));
+            let Some(Field::Array(a)) = s.get("img") else {
+                panic!()
+            };
+            assert_eq!(a.shape[2], 3, "{spec}");
         }
     }
 
