@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export RUSTDOCFLAGS="${RUSTDOCFLAGS:--D warnings}"
 
+echo "== layers (cargo tree)"
+./scripts/check-layers.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -7,7 +7,7 @@ resumable from a ``state_dict`` of a few integers, split exactly across ranks.
 
     import chute
 
-    source = chute.tokens("train.bin", seq_len=1024)            # nanoGPT's uint16 tokens
+    source = chute.dataset("train.bin", seq_len=1024)           # nanoGPT's uint16 tokens
     loader = chute.Loader(source, batch_size=16, shuffle=True, num_workers=4)
     for epoch in range(2):
         loader.set_epoch(epoch)
@@ -15,10 +15,11 @@ resumable from a ``state_dict`` of a few integers, split exactly across ranks.
             tokens = batch["tokens"]                             # int64 [16, 1025] numpy view
     state = loader.state_dict()                                  # load_state_dict(state)
 
-Public names: ``Loader``, the sources ``tokens``, ``webdataset``, ``tfrecord`` and
-``parquet`` (WebDataset and TFRecord shards may be URLs: ``s3://``, ``gs://``, ``az://``,
-``http(s)://``), ``set_remote_options`` and ``io_stats`` for those, ``Source``, ``Tensor``
-and the exceptions
+Public names: ``Loader``; ``dataset`` (any format: files, URLs, brace patterns, globs,
+folders, a ``manifest.json``) and, with the format fixed, ``tokens``, ``webdataset``,
+``tfrecord`` and ``parquet`` (every format may be read from URLs: ``s3://``, ``gs://``,
+``az://``, ``http(s)://``); ``set_remote_options`` and ``io_stats`` for those; ``Source``,
+``Tensor`` and the exceptions
 ``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``.
 """
 
@@ -26,6 +27,7 @@ from ._chute import (
     Source,
     Tensor,
     __version__,
+    dataset,
     io_stats,
     parquet,
     set_remote_options,
@@ -45,6 +47,7 @@ __all__ = [
     "StateError",
     "Tensor",
     "__version__",
+    "dataset",
     "io_stats",
     "parquet",
     "set_remote_options",

@@ -8,7 +8,9 @@ __all__ = [
     "Source",
     "Tensor",
     "__version__",
+    "dataset",
     "io_stats",
+    "map_dataset",
     "parquet",
     "set_remote_options",
     "shutdown",
@@ -24,27 +26,55 @@ _DType = Any  # a numpy dtype name ("uint16"), a numpy dtype or a numpy scalar t
 
 @final
 class Source:
-    """A dataset chute can load (``chute.tokens``, ``webdataset``, ``tfrecord``, ``parquet``)."""
+    """A dataset chute can load (``chute.dataset``, ``tokens``, ``webdataset``, ``tfrecord``,
+    ``parquet``)."""
 
     def __len__(self) -> int: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def structure(self) -> Any: ...
     @property
     def shards(self) -> List[Tuple[str, int]]: ...
     @property
     def fingerprint(self) -> str: ...
 
+def dataset(
+    paths: Union[_Path, Sequence[_Path]],
+    format: Optional[str] = None,
+    *,
+    seq_len: Optional[int] = None,
+    dtype: Optional[_DType] = None,
+    out_dtype: Optional[_DType] = None,
+    columns: Optional[Sequence[str]] = None,
+    chunk_rows: Optional[int] = None,
+    index: str = "auto",
+    raw: bool = False,
+    verify_checksums: bool = True,
+) -> Source:
+    """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
+    its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
+    "tfrecord", "parquet") detected from the manifest or the extensions unless given."""
+
+def map_dataset(
+    dataset: Any, worker_init_fn: Optional[Callable[[int], Any]] = None, num_workers: int = 0
+) -> Source:
+    """A map-style Python dataset (``__len__`` and ``__getitem__``) as a source; what
+    ``chute.Loader`` calls for anything that is not a chute source."""
+
 def tokens(
     paths: Union[_Path, Sequence[_Path]],
     seq_len: int,
-    dtype: _DType = "uint16",
+    dtype: Optional[_DType] = None,
     out_dtype: _DType = "int64",
 ) -> Source:
     """Token files (nanoGPT's ``.bin``): windows of ``seq_len + 1`` tokens, column ``tokens``.
     Local files are memory-mapped; URLs (http(s)://, s3://, gs://, az://) are downloaded whole
-    when the source is opened."""
+    when the source is opened. ``dtype``: the manifest's, else uint16."""
 
 def webdataset(urls: Union[_Path, Sequence[_Path]], *, index: str = "auto") -> Source:
-    """WebDataset tar shards, paths or URLs (http(s)://, s3://, gs://, az://; brace patterns
-    expand): fields by extension, plus ``__key__``."""
+    """WebDataset tar shards, paths or URLs (http(s)://, s3://, gs://, az://; brace patterns,
+    globs, folders, manifests): fields by extension, plus ``__key__``."""
 
 def tfrecord(
     urls: Union[_Path, Sequence[_Path]],
@@ -131,6 +161,7 @@ class Loader:
         on_error: str = "raise",
         output: Optional[Callable[[Tensor], Any]] = None,
         pad: bool = False,
+        timeout: float = 0.0,
     ) -> "Loader": ...
     def __iter__(self) -> Iterator[Dict[str, Any]]: ...
     def __next__(self) -> Dict[str, Any]: ...

@@ -5,6 +5,8 @@ Besides these, chute raises Python's own ``FileNotFoundError`` / ``PermissionErr
 raised by your transform comes back from ``next()`` as itself.
 """
 
+from typing import Optional
+
 __all__ = ["ChuteError", "ConfigError", "CorruptDataError", "StateError"]
 
 
@@ -13,7 +15,18 @@ class ChuteError(Exception):
 
 
 class CorruptDataError(ChuteError):
-    """The data is malformed: the message names the shard, the byte offset and the problem."""
+    """The data is malformed: the message names the shard, the byte offset and the problem.
+
+    Attributes (``None`` when unknown): ``kind``, the damage: ``"truncated"`` (a cut copy or
+    download), ``"checksum"`` (a CRC mismatch), ``"malformed"`` (bytes that break the format),
+    ``"stale_index"`` (an index or manifest older than its shard: run ``chute index``),
+    ``"too_large"`` (a size beyond a limit) or ``"unsupported"`` (valid data chute does not
+    read); ``path``, the shard, index or manifest; ``offset``, the byte in it.
+    """
+
+    kind: Optional[str] = None
+    path: Optional[str] = None
+    offset: Optional[int] = None
 
 
 class ConfigError(ChuteError, ValueError):

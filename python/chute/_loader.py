@@ -35,7 +35,21 @@ _warned_pin_memory = False
 
 
 class Loader:
-    """Deterministic, resumable, parallel batches from a chute source.
+    """Deterministic, resumable, parallel batches from a chute source or your own dataset.
+
+    ``source`` is a chute source (``chute.dataset(...)``, ``chute.tokens(...)``, ...) or any
+    map-style dataset (``__len__`` and ``__getitem__``: a ``torch.utils.data.Dataset``, a
+    list, a numpy array). A dataset's ``__getitem__`` runs on the worker threads with the GIL
+    held (what it does without the GIL, such as PIL decoding, numpy, torch ops and file reads,
+    runs in parallel); indices come from chute's plan, so every guarantee below holds. Its
+    samples are collated as ``torch.utils.data.default_collate`` does: sample 0 (read when
+    the loader is made) fixes the structure (dicts and other mappings, namedtuples, tuples and lists as lists), arrays,
+    numpy scalars and tensors are stacked, ``int`` gives int64, ``float`` float64, ``bool``
+    bool, ``str``/``bytes``/``None`` lists; a sample of another structure is a ``TypeError``
+    naming its index and the path inside it. Arrays are copied when ``__getitem__`` returns
+    (so a dataset may reuse its buffers). With a
+    torch tensor among the leaves and no ``output=``, batches are torch tensors. Native
+    ``transforms`` apply to the fields of a dict sample (``{"jpg": b"...", "cls": 3}``).
 
     ``for batch in loader`` is one epoch; the next ``for`` is the next epoch. Each batch is a
     ``dict[str, array]``: fixed-shape columns are numpy arrays viewing chute's buffers (no
@@ -88,6 +102,14 @@ class Loader:
       (``jax.numpy.from_dlpack``) or ``"dlpack"`` (the ``chute.Tensor`` objects, which
       implement ``__dlpack__`` and ``__array_interface__``). All are zero-copy.
 
+    DataLoader's other arguments: ``timeout`` (seconds ``next()`` waits for a batch when
+    ``num_workers >= 1``, then ``TimeoutError``), ``worker_init_fn(worker_id)`` (Python
+    datasets: called on each worker thread before its first sample, each epoch),
+    ``generator`` (its ``initial_seed()`` is the seed unless ``seed`` is given),
+    ``persistent_workers`` and ``in_order`` (accepted: threads persist, order is always
+    kept). ``sampler``, ``batch_sampler``, ``multiprocessing_context`` and (for now)
+    ``collate_fn`` are refused with what replaces them.
+
     ``state_dict()`` / ``load_state_dict()`` follow PyTorch's Stateful protocol (so the loader
     drops into ``torch.distributed.checkpoint``); the state is the position after the last
     batch delivered, a few integers. ``as_torch_dataset()`` wraps the loader as a
@@ -100,11 +122,11 @@ class Loader:
 
     def __init__(
         self,
-        source: _chute.Source,
+        source: Any,
         *,
         batch_size: int = 1,
         shuffle: Union[bool, str] = False,
-        seed: int = 0,
+        seed: Optional[int] = None,
         num_workers: int = 0,
         prefetch_factor: Optional[int] = 2,
         drop_last: bool = False,
@@ -113,13 +135,52 @@ class Loader:
         world_size: Optional[int] = None,
         transforms: Union[Transform, Sequence[Transform], None] = None,
         on_error: str = "raise",
-        output: str = "numpy",
+        output: Optional[str] = None,
         pad: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Optional[Callable[[int], Any]] = None,
+        generator: Any = None,
+        persistent_workers: bool = False,
+        in_order: bool = True,
+        collate_fn: Any = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        multiprocessing_context: Any = None,
     ) -> None:
-        if not isinstance(source, _chute.Source):
+        _refuse_dataloader_only(sampler, batch_sampler, multiprocessing_context, collate_fn)
+        del persistent_workers, in_order  # threads persist; chute is always in order
+        if seed is None:
+            seed = int(generator.initial_seed()) if generator is not None else 0
+        self._structure: Any = None
+        if isinstance(source, _chute.Source):
+            if worker_init_fn is not None:
+                raise ConfigError(
+                    "invalid worker_init_fn: it is for Python datasets (chute.Loader(my_dataset, "
+                    "...)); chute's own sources have no Python state to set up per worker"
+                )
+        elif isinstance(source, (str, bytes, os.PathLike)):
             raise TypeError(
-                f"source must be a chute source (chute.tokens(...)), got {type(source).__name__}"
+                f"source must be a chute source or a dataset object, got the path {source!r}; "
+                "open it with chute.dataset(path) first"
             )
+        elif _is_map_style(source):
+            # A bad num_workers is reported by the engine, naming the option.
+            source = _chute.map_dataset(source, worker_init_fn, max(int(num_workers), 0))
+        elif hasattr(source, "__iter__"):
+            raise TypeError(
+                f"{type(source).__name__} is an iterable dataset (__iter__ without __getitem__ "
+                "and __len__): chute.Loader needs random access to keep its order, rank split "
+                "and resume exact; give it a map-style dataset or a chute source"
+            )
+        else:
+            raise TypeError(
+                "source must be a chute source (chute.dataset(...)) or a map-style dataset "
+                f"(with __len__ and __getitem__), got {type(source).__name__}"
+            )
+        self._source = source
+        self._tensors_out = output is None
+        if output is None:
+            output = "numpy"
         if isinstance(shuffle, bool):
             shuffle = "global" if shuffle else "none"
         elif not isinstance(shuffle, str):
@@ -163,6 +224,7 @@ class Loader:
             on_error=on_error,
             output=_converter(output),
             pad=pad,
+            timeout=timeout,
         )
         self._inner = inner
         self.output = output
@@ -172,9 +234,27 @@ class Loader:
 
     # Iteration -----------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
+    def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch (from its start, unless resumed mid-epoch)."""
-        return self._inner
+        if self._source.format != "python":
+            return self._inner
+        return (self._rebuild(b) for b in self._inner)
+
+    def _rebuild(self, batch: Dict[str, Any]) -> Any:
+        """A Python dataset's batch in its samples' structure, as default_collate builds it."""
+        if self._structure is None:
+            self._structure = self._source.structure
+            tensors = self._tensors_out and _has_tensor_leaf(self._structure)
+            self._to_torch = _converter("torch") if tensors else None
+        out = _collated(self._structure, batch, self._to_torch)
+        if isinstance(out, dict):
+            # Columns the structure does not hold (pad's <name>_mask, fields a transform added)
+            # come along under their own names.
+            leaves = _columns(self._structure)
+            for name, value in batch.items():
+                if name not in leaves:
+                    out[name] = value
+        return out
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (a full epoch)."""
@@ -299,6 +379,84 @@ class Loader:
         ``num_workers=0`` (chute has its own workers). ``state_dict``/``load_state_dict`` pass
         through to the loader."""
         return _torch_dataset_class()(self)
+
+
+def _refuse_dataloader_only(sampler: Any, batch_sampler: Any, context: Any, collate: Any) -> None:
+    """DataLoader's arguments that chute replaces, each refused with what replaces it."""
+    if sampler is not None or batch_sampler is not None:
+        raise ConfigError(
+            "invalid sampler/batch_sampler: chute draws the order itself, so that it is exact "
+            "across ranks and resumable; use shuffle= (False, True, 'block'), seed=, rank= and "
+            "world_size= (a DistributedSampler's arguments) instead"
+        )
+    if context is not None:
+        raise ConfigError(
+            "invalid multiprocessing_context: chute's workers are threads in this process "
+            "(num_workers=), so there are no worker processes to start"
+        )
+    if collate is not None:
+        raise ConfigError(
+            "invalid collate_fn: not supported yet; chute collates as "
+            "torch.utils.data.default_collate does (dicts, tuples, lists, namedtuples of "
+            "arrays, tensors, numbers, str, bytes, None); post-process the batch in your loop"
+        )
+
+
+def _is_map_style(obj: Any) -> bool:
+    torch_data = sys.modules.get("torch.utils.data")
+    if torch_data is not None and isinstance(obj, torch_data.IterableDataset):
+        return False  # it may define __len__, and Dataset's __getitem__ only raises
+    return hasattr(obj, "__getitem__") and hasattr(obj, "__len__")
+
+
+def _columns(tree: Any) -> "set[str]":
+    """The batch columns a structure's leaves name."""
+    kind = tree[0]
+    if kind == "leaf":
+        return {tree[1]}
+    out: "set[str]" = set()
+    for node in tree[2]:
+        out |= _columns(node if kind == "seq" else node[1])
+    return out
+
+
+def _has_tensor_leaf(tree: Any) -> bool:
+    kind = tree[0]
+    if kind == "leaf":
+        return bool(tree[2] == "tensor")
+    return any(_has_tensor_leaf(node if kind == "seq" else node[1]) for node in tree[2])
+
+
+def _collated(tree: Any, batch: Dict[str, Any], to_torch: Optional[Callable[[Any], Any]]) -> Any:
+    """Rebuilds default_collate's structure: mappings of the samples' type (else dict),
+    namedtuples as namedtuples, other tuples and lists as lists, leaves as their columns."""
+    kind = tree[0]
+    if kind == "leaf":
+        _, column, leaf = tree
+        if column not in batch:
+            raise KeyError(
+                f"the batch has no column {column!r}, which the dataset's samples have: a "
+                "transform removed or renamed it (keep the dataset's field names)"
+            )
+        value = batch[column]
+        if leaf == "None":
+            return [None] * len(value)
+        if to_torch is not None and isinstance(value, numpy.ndarray):
+            return to_torch(value)
+        return value
+    _, typ, items = tree
+    if kind == "map":
+        d = {key: _collated(node, batch, to_torch) for key, node in items}
+        if typ is dict:
+            return d
+        try:
+            return typ(d)
+        except TypeError:
+            return d
+    values = [_collated(node, batch, to_torch) for node in items]
+    if isinstance(typ, type) and issubclass(typ, tuple) and hasattr(typ, "_fields"):
+        return typ(*values)
+    return values
 
 
 def _env_int(name: str, *, minimum: int) -> Optional[int]:

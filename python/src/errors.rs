@@ -6,7 +6,8 @@
 //! | Rust | Python |
 //! | --- | --- |
 //! | `Error::Io` (not found / permission denied / other) | `FileNotFoundError` / `PermissionError` / `OSError`, with `errno` and `filename` |
-//! | `Error::Corrupt` | `chute.CorruptDataError` |
+//! | `Error::Corrupt` | `chute.CorruptDataError`, with `kind` (`"truncated"`, `"checksum"`, `"malformed"`, `"stale_index"`, `"too_large"`, `"unsupported"`), `path` and `offset` |
+//! | `Error::Transform` whose source is an `ops::BadData` (every `ops::OpError`: an undecodable, unsupported or too large image, a bad label, `.npy`, JSON or text, a missing field) | `chute.CorruptDataError`, `kind` from `OpError::corruption`, `path` the shard, `offset` `None` |
 //! | `Error::Config`, `ConfigError` | `chute.ConfigError` (a `ValueError`) |
 //! | `Error::State`, `StateError` | `chute.StateError` |
 //! | `Error::Transform` whose source is a Python exception | that exception object itself, with a note naming the sample |
@@ -16,7 +17,7 @@
 
 use std::io;
 
-use chute::core::SampleRef;
+use chute::core::{Corruption, SampleRef};
 use pyo3::exceptions::{PyFileNotFoundError, PyIsADirectoryError, PyOSError, PyPermissionError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -56,19 +57,49 @@ exception!(state_error, "StateError");
 pub(crate) fn to_py(err: chute::Error) -> PyErr {
     match err {
         chute::Error::Io { path, source } => io_error(&path, source),
-        e @ chute::Error::Corrupt { .. } => corrupt_data_error(e.to_string()),
+        e @ chute::Error::Corrupt { .. } => {
+            let msg = e.to_string();
+            let chute::Error::Corrupt {
+                uri, offset, kind, ..
+            } = e
+            else {
+                unreachable!("matched as Corrupt")
+            };
+            corrupt(msg, kind, Some(uri), Some(offset))
+        }
         chute::Error::Config(e) => from_config(e),
         chute::Error::State(e) => from_state(e),
         chute::Error::Transform { sample, source } => match source.downcast::<PyErr>() {
             Ok(py_err) => with_note(*py_err, &sample),
-            // A native op that found the sample's data unusable (an undecodable image, ...).
+            // A native op that found the sample's data unusable: every kind of `OpError` is
+            // data to fix or skip.
             Err(source) if source.is::<chute::ops::BadData>() => {
-                corrupt_data_error(chute::Error::Transform { sample, source }.to_string())
+                let kind = source
+                    .downcast_ref::<chute::ops::BadData>()
+                    .map_or(Corruption::Malformed, |b| b.error.corruption());
+                let shard = (!sample.shard.is_empty()).then(|| sample.shard.clone());
+                let msg = chute::Error::Transform { sample, source }.to_string();
+                corrupt(msg, kind, shard, None)
             }
             Err(source) => chute_error(chute::Error::Transform { sample, source }.to_string()),
         },
         other => chute_error(other.to_string()),
     }
+}
+
+/// A `chute.CorruptDataError` with its `kind` (a [`Corruption`] name), `path` (the shard, when
+/// known) and `offset` (the byte, when known) attributes set.
+fn corrupt(msg: String, kind: Corruption, path: Option<String>, offset: Option<u64>) -> PyErr {
+    let err = corrupt_data_error(msg);
+    Python::attach(|py| {
+        let value = err.value(py);
+        // Setting attributes on a fresh exception cannot fail short of memory; the exception
+        // itself matters more than its attributes.
+        let _ = value.setattr("kind", kind.name());
+        let _ = value.setattr("path", path);
+        let _ = value.setattr("offset", offset);
+    });
+    err
 }
 
 /// A [`chute::ConfigError`] as `chute.ConfigError`.

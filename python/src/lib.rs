@@ -18,6 +18,7 @@
 
 use pyo3::prelude::*;
 
+mod dataset;
 mod dlpack;
 mod errors;
 mod loader;
@@ -29,13 +30,15 @@ mod transform;
 #[pymodule]
 mod _chute {
     #[pymodule_export]
+    use crate::dataset::map_dataset;
+    #[pymodule_export]
     use crate::loader::Loader;
     #[pymodule_export]
     use crate::loader::shutdown;
     #[pymodule_export]
     use crate::remote::{io_stats, set_remote_options};
     #[pymodule_export]
-    use crate::source::{Source, parquet, tfrecord, tokens, webdataset};
+    use crate::source::{Source, dataset, parquet, tfrecord, tokens, webdataset};
     #[pymodule_export]
     use crate::tensor::Tensor;
 

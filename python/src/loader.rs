@@ -43,6 +43,8 @@ pub(crate) struct Loader {
     /// yields the `Tensor` objects themselves.
     output: Option<Py<PyAny>>,
     interrupt: Arc<Interrupt>,
+    /// DataLoader's `timeout`: the longest `next()` waits for a batch (`None`: for ever).
+    timeout: Option<Duration>,
 }
 
 /// A non-negative integer option, or `chute.ConfigError` naming it.
@@ -123,7 +125,8 @@ impl Loader {
     #[new]
     #[pyo3(signature = (source, *, batch_size=1, shuffle="none", seed=0, num_workers=0,
                         prefetch=2, drop_last=false, pin_memory=false, rank=0, world_size=1,
-                        epoch=0, transforms=None, on_error="raise", output=None, pad=false))]
+                        epoch=0, transforms=None, on_error="raise", output=None, pad=false,
+                        timeout=0.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -142,7 +145,15 @@ impl Loader {
         on_error: &str,
         output: Option<Py<PyAny>>,
         pad: bool,
+        timeout: f64,
     ) -> PyResult<Self> {
+        if !(timeout >= 0.0 && timeout.is_finite()) {
+            return Err(errors::from_config(chute::ConfigError::new(
+                "timeout",
+                format!("{timeout} seconds; pass 0 (wait for ever, the default) or more"),
+            )));
+        }
+        let timeout = (timeout > 0.0).then(|| Duration::from_secs_f64(timeout));
         let seed = u64::try_from(seed).map_err(|_| {
             errors::from_config(chute::ConfigError::new(
                 "seed",
@@ -151,7 +162,11 @@ impl Loader {
         })?;
         let shuffle: Shuffle = shuffle.parse().map_err(errors::from_config)?;
         let on_error: OnError = on_error.parse().map_err(errors::from_config)?;
-        let interrupt = Arc::new(Interrupt::default());
+        // A Python dataset parks its own KeyboardInterrupts where the loader looks for them.
+        let interrupt = match &source.get().dataset {
+            Some(d) => Arc::clone(&d.interrupt),
+            None => Arc::new(Interrupt::default()),
+        };
         let mut builder = chute::Loader::builder_arc(Arc::clone(&source.get().inner))
             .batch_size(count("batch_size", batch_size)? as usize)
             .shuffle(shuffle)
@@ -182,6 +197,7 @@ impl Loader {
             pid: std::process::id(),
             output,
             interrupt,
+            timeout,
         })
     }
 
@@ -192,10 +208,23 @@ impl Loader {
     /// The next batch of the epoch; `StopIteration` at its end (the loader then stands at
     /// the start of the next epoch).
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let timeout = self.timeout;
+        let started = std::time::Instant::now();
         let loader = self.loader()?;
         let polled = loop {
             match py.detach(|| loader.next_timeout(POLL)) {
-                Poll::Pending => py.check_signals()?,
+                Poll::Pending => {
+                    py.check_signals()?;
+                    if let Some(t) = timeout
+                        && started.elapsed() >= t
+                    {
+                        return Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
+                            "no batch within timeout={} seconds (nothing was consumed: the \
+                             next call waits for the same batch)",
+                            t.as_secs_f64()
+                        )));
+                    }
+                }
                 Poll::Ready(r) => break r,
             }
         };

@@ -1,28 +1,40 @@
-//! [`Source`]: an opened dataset, and the functions that open one: `tokens`, `webdataset`,
-//! `tfrecord` and `parquet`.
+//! [`Source`]: an opened dataset, and the functions that open one: `dataset` (any format,
+//! folders and manifests included) and, with the format fixed, `tokens`, `webdataset`,
+//! `tfrecord` and `parquet`. All of them go through `chute::formats::Dataset`, the one opener
+//! the command line uses too.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use chute::formats::IndexMode;
-use chute::formats::example::ExampleOptions;
-use chute::formats::parquet::{ParquetOptions, ParquetSource};
-use chute::formats::tfrecord::{TfRecordOptions, TfRecordSource};
-use chute::formats::webdataset::{WebDatasetOptions, WebDatasetSource, expand_braces};
-use chute::{DType, TokenOptions, TokenSource};
+use chute::DType;
+use chute::formats::{Dataset, Format, IndexMode, OpenOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
+use crate::dataset::MapDataset;
 use crate::errors;
 
 /// A dataset chute can load: samples addressed by a global id, in shards. Made by
-/// `chute.tokens(...)`, `chute.webdataset(...)`, `chute.tfrecord(...)` or
-/// `chute.parquet(...)`; passed to `chute.Loader`.
+/// `chute.dataset(...)`, `chute.tokens(...)`, `chute.webdataset(...)`, `chute.tfrecord(...)`
+/// or `chute.parquet(...)`; passed to `chute.Loader`.
 #[pyclass(module = "chute._chute", name = "Source", frozen)]
 pub(crate) struct Source {
     pub(crate) inner: Arc<dyn chute::Source>,
-    /// The format (`tokens`, `webdataset`, ...), for `repr`.
-    kind: &'static str,
+    /// The format's name, for `repr` and `format` (`"python"` for a map-style dataset).
+    format: &'static str,
+    /// The Python dataset behind the source, when it is one.
+    pub(crate) dataset: Option<Arc<MapDataset>>,
+}
+
+impl Source {
+    /// A map-style Python dataset as a source.
+    pub(crate) fn from_dataset(dataset: Arc<MapDataset>) -> Source {
+        Source {
+            inner: Arc::clone(&dataset) as Arc<dyn chute::Source>,
+            format: "python",
+            dataset: Some(dataset),
+        }
+    }
 }
 
 #[pymethods]
@@ -43,6 +55,21 @@ impl Source {
             .collect()
     }
 
+    /// The format: `"tokens"`, `"webdataset"`, `"tfrecord"`, `"parquet"`, or `"python"` for a
+    /// map-style Python dataset.
+    #[getter]
+    fn format(&self) -> &'static str {
+        self.format
+    }
+
+    /// For a Python dataset, the structure of its samples once one has been read (what the
+    /// loader rebuilds batches with: `("map", type, [(key, node)])`, `("seq", type, [node])`,
+    /// `("leaf", column, kind)`); `None` otherwise.
+    #[getter]
+    fn structure(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.dataset.as_ref().and_then(|d| d.structure(py))
+    }
+
     /// The dataset's fingerprint (what a `state_dict` is checked against).
     #[getter]
     fn fingerprint(&self) -> String {
@@ -53,75 +80,117 @@ impl Source {
         let m = self.inner.manifest();
         format!(
             "chute.Source({}, shards={}, samples={})",
-            self.kind,
+            self.format,
             m.shards.len(),
             m.total_samples()
         )
     }
 }
 
-/// One path or a sequence of paths (`str` or `os.PathLike`); strings with braces are
-/// expanded as WebDataset shard lists are (`train-{000000..000127}.tar`).
+/// One path or a sequence of paths (`str` or `os.PathLike`); the opener expands brace
+/// patterns and globs and lists folders.
 fn paths(obj: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
-    let items: Vec<Bound<'_, PyAny>> =
-        if obj.is_instance_of::<PyString>() || obj.hasattr("__fspath__")? {
-            vec![obj.clone()]
-        } else {
-            obj.try_iter()?.collect::<PyResult<_>>()?
-        };
-    let mut out = Vec::new();
-    for item in items {
-        if let Ok(s) = item.extract::<String>()
-            && s.contains('{')
-        {
-            let expanded = expand_braces(&s).map_err(errors::from_config)?;
-            out.extend(expanded.into_iter().map(PathBuf::from));
-        } else {
-            out.push(item.extract()?);
-        }
+    if obj.is_instance_of::<PyString>() || obj.hasattr("__fspath__")? {
+        return Ok(vec![obj.extract()?]);
     }
-    Ok(out)
+    obj.try_iter()?.map(|item| item?.extract()).collect()
 }
 
 /// `index="auto" | "require" | "scan"`.
 fn index_mode(index: &str) -> PyResult<IndexMode> {
-    Ok(match index {
-        "auto" => IndexMode::Auto,
-        "require" => IndexMode::Require,
-        "scan" => IndexMode::Scan,
-        other => {
-            return Err(errors::from_config(chute::ConfigError::new(
-                "index",
-                format!("{other:?}; use \"auto\", \"require\" or \"scan\""),
-            )));
-        }
+    index.parse().map_err(errors::from_config)
+}
+
+/// Resolves `paths` and opens them with `options`, the GIL released.
+fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyResult<Source> {
+    let files = self::paths(paths)?;
+    let (format, inner) = py
+        .detach(|| {
+            let dataset = Dataset::resolve(&files, options.format)?;
+            Ok::<_, chute::Error>((dataset.format, dataset.open(&options)?))
+        })
+        .map_err(errors::to_py)?;
+    Ok(Source {
+        inner,
+        format: format.name(),
+        dataset: None,
     })
 }
 
-/// WebDataset tar shards: local paths or URLs (`http(s)://`, `s3://`, `gs://`, `az://`,
-/// `file://`); brace patterns expand. Members sharing a key form a
+/// Any dataset chute reads: shard files or URLs, brace patterns, globs, a folder (every shard
+/// inside, sorted; or its `manifest.json`) or a `manifest.json` (path or URL, written by
+/// `chute index`; its shards must still match it). The format comes from the manifest or
+/// the extensions unless `format` names it. The other options apply to the formats that use
+/// them: `seq_len`, `dtype`, `out_dtype` (token files; by default the manifest's, else 1024,
+/// uint16 and int64), `columns` (Parquet columns or TFRecord features), `chunk_rows`
+/// (Parquet), `index` (tar and TFRecord), `raw` and `verify_checksums` (TFRecord).
+#[pyfunction]
+#[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
+                    columns=None, chunk_rows=None, index="auto", raw=false,
+                    verify_checksums=true))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dataset(
+    py: Python<'_>,
+    paths: &Bound<'_, PyAny>,
+    format: Option<&str>,
+    seq_len: Option<i64>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    out_dtype: Option<&Bound<'_, PyAny>>,
+    columns: Option<Vec<String>>,
+    chunk_rows: Option<usize>,
+    index: &str,
+    raw: bool,
+    verify_checksums: bool,
+) -> PyResult<Source> {
+    let format = match format {
+        Some(f) => Some(f.parse::<Format>().map_err(errors::from_config)?),
+        None => None,
+    };
+    let options = OpenOptions {
+        format,
+        seq_len: seq_len.map(self::seq_len).transpose()?,
+        token_dtype: dtype.map(|d| self::dtype("dtype", d)).transpose()?,
+        out_dtype: match out_dtype {
+            Some(d) => self::dtype("out_dtype", d)?,
+            None => DType::I64,
+        },
+        columns,
+        chunk_rows,
+        index: index_mode(index)?,
+        raw,
+        verify_checksums,
+    };
+    open(py, paths, options)
+}
+
+fn seq_len(n: i64) -> PyResult<usize> {
+    usize::try_from(n).map_err(|_| {
+        errors::from_config(chute::ConfigError::new(
+            "seq_len",
+            format!("{n} tokens per sequence; pass at least 1"),
+        ))
+    })
+}
+
+/// WebDataset tar shards: what `chute.dataset` takes (paths or URLs: `http(s)://`, `s3://`,
+/// `gs://`, `az://`, `file://`; brace patterns, globs, folders, manifests), read as
+/// WebDataset whatever the extensions. Members sharing a key form a
 /// sample; fields are named by extension (`jpg`, `cls`, ...) and hold bytes, with the key in
 /// a `__key__` text field. `index`: use `<shard>.idx` from `chute index` when present
 /// (`"auto"`), always (`"require"`) or never (`"scan"` the headers).
 #[pyfunction]
 #[pyo3(signature = (urls, *, index="auto"))]
 pub(crate) fn webdataset(py: Python<'_>, urls: &Bound<'_, PyAny>, index: &str) -> PyResult<Source> {
-    let files = paths(urls)?;
-    let options = WebDatasetOptions {
+    let options = OpenOptions {
+        format: Some(Format::WebDataset),
         index: index_mode(index)?,
         ..Default::default()
     };
-    let source = py
-        .detach(|| WebDatasetSource::open(&files, options))
-        .map_err(errors::to_py)?;
-    Ok(Source {
-        inner: Arc::new(source),
-        kind: "webdataset",
-    })
+    open(py, urls, options)
 }
 
-/// TFRecord files of `tf.train.Example`s: local paths or URLs (`http(s)://`, `s3://`,
-/// `gs://`, `az://`, `file://`); brace patterns expand. Each feature
+/// TFRecord files of `tf.train.Example`s: what `chute.dataset` takes (paths or URLs, brace
+/// patterns, globs, folders, manifests), read as TFRecord. Each feature
 /// becomes a column: int64 and float lists as arrays (a one-value list as a scalar), a bytes
 /// list of one value as bytes. `features` keeps only those (in that order); `raw=True` gives
 /// each record's bytes as a `record` column instead. CRC32C checks are on unless
@@ -136,26 +205,19 @@ pub(crate) fn tfrecord(
     verify_checksums: bool,
     index: &str,
 ) -> PyResult<Source> {
-    let files = paths(urls)?;
-    let options = TfRecordOptions {
+    let options = OpenOptions {
+        format: Some(Format::TfRecord),
+        columns: features,
+        raw,
         verify_checksums,
-        example: (!raw).then(|| ExampleOptions {
-            features,
-            ..Default::default()
-        }),
         index: index_mode(index)?,
         ..Default::default()
     };
-    let source = py
-        .detach(|| TfRecordSource::open(&files, options))
-        .map_err(errors::to_py)?;
-    Ok(Source {
-        inner: Arc::new(source),
-        kind: "tfrecord",
-    })
+    open(py, urls, options)
 }
 
-/// Parquet files (paths or URLs, downloaded whole when opened; brace patterns expand). `columns` projects (default: all);
+/// Parquet files: what `chute.dataset` takes (paths or URLs, downloaded whole when opened;
+/// brace patterns, globs, folders, manifests), read as Parquet. `columns` projects (default: all);
 /// numeric columns come out as `[B]`, fixed-size lists as `[B, k]`, binary and string columns
 /// as lists. Row groups are split into shards of at most `chunk_rows` rows (default 16,384).
 #[pyfunction]
@@ -166,19 +228,13 @@ pub(crate) fn parquet(
     columns: Option<Vec<String>>,
     chunk_rows: Option<usize>,
 ) -> PyResult<Source> {
-    let files = paths(urls)?;
-    let options = ParquetOptions {
+    let options = OpenOptions {
+        format: Some(Format::Parquet),
         columns,
         chunk_rows,
         ..Default::default()
     };
-    let source = py
-        .detach(|| ParquetSource::open(&files, options))
-        .map_err(errors::to_py)?;
-    Ok(Source {
-        inner: Arc::new(source),
-        kind: "parquet",
-    })
+    open(py, urls, options)
 }
 
 /// A dtype argument (`"uint16"`, `"int64"`, a numpy dtype or type: anything whose `str()` or
@@ -196,11 +252,13 @@ pub(crate) fn dtype(option: &str, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 }
 
 /// Token files (nanoGPT's `.bin`: flat little-endian `uint16` or `uint32` ids, no header),
-/// one shard per file; paths, or URLs downloaded whole when opened. Sample `i` of a file is the window of `seq_len + 1` tokens starting at
+/// one shard per file: what `chute.dataset` takes (URLs are downloaded whole when opened).
+/// `dtype` defaults to the manifest's, else uint16. Sample `i` of a file is the window of
+/// `seq_len + 1` tokens starting at
 /// token `i * (seq_len + 1)`; batches have one column, `tokens`, of `out_dtype`.
 #[pyfunction]
 #[pyo3(signature = (paths, seq_len, dtype=None, out_dtype=None),
-       text_signature = "(paths, seq_len, dtype='uint16', out_dtype='int64')")]
+       text_signature = "(paths, seq_len, dtype=None, out_dtype='int64')")]
 pub(crate) fn tokens(
     py: Python<'_>,
     paths: &Bound<'_, PyAny>,
@@ -208,29 +266,15 @@ pub(crate) fn tokens(
     dtype: Option<&Bound<'_, PyAny>>,
     out_dtype: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Source> {
-    let files = self::paths(paths)?;
-    let seq_len = usize::try_from(seq_len).map_err(|_| {
-        errors::from_config(chute::ConfigError::new(
-            "seq_len",
-            format!("{seq_len} tokens per sequence; pass at least 1"),
-        ))
-    })?;
-    let options = TokenOptions {
-        seq_len,
-        dtype: match dtype {
-            Some(d) => self::dtype("dtype", d)?,
-            None => DType::U16,
-        },
+    let options = OpenOptions {
+        format: Some(Format::Tokens),
+        seq_len: Some(self::seq_len(seq_len)?),
+        token_dtype: dtype.map(|d| self::dtype("dtype", d)).transpose()?,
         out_dtype: match out_dtype {
             Some(d) => self::dtype("out_dtype", d)?,
             None => DType::I64,
         },
+        ..Default::default()
     };
-    let source = py
-        .detach(|| TokenSource::open(&files, options))
-        .map_err(errors::to_py)?;
-    Ok(Source {
-        inner: Arc::new(source),
-        kind: "tokens",
-    })
+    open(py, paths, options)
 }

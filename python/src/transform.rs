@@ -39,11 +39,11 @@ pub(crate) static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 pub(crate) struct Interrupt(Mutex<Option<PyErr>>);
 
 impl Interrupt {
-    fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
-    fn set(&self, err: PyErr) {
+    pub(crate) fn set(&self, err: PyErr) {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -54,6 +54,63 @@ impl Interrupt {
     pub(crate) fn take(&self) -> Option<PyErr> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
+}
+
+/// Runs `f` with the GIL held, from one of the engine's worker threads.
+///
+/// A thread that Python did not create has no Python thread state; `Python::attach` would
+/// make one and free it again on every call (most of the cost of a small `__getitem__`). The
+/// first call on such a thread makes one and keeps it, with the GIL released, until the
+/// thread ends.
+pub(crate) fn on_worker<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> R {
+    KEEP_ALIVE.with(|k| {
+        if k.borrow().is_none() {
+            // SAFETY: a thread-state query is allowed without the GIL.
+            let own = unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null();
+            if own {
+                *k.borrow_mut() = Some(ThreadState::new());
+            }
+        }
+    });
+    Python::attach(f)
+}
+
+/// A worker thread's Python thread state, kept between calls (see [`on_worker`]).
+struct ThreadState {
+    gil: pyo3::ffi::PyGILState_STATE,
+    saved: *mut pyo3::ffi::PyThreadState,
+}
+
+impl ThreadState {
+    fn new() -> Self {
+        // SAFETY: this thread has no thread state and does not hold the GIL: Ensure makes the
+        // state and takes the GIL, SaveThread releases the GIL and keeps the state.
+        unsafe {
+            let gil = pyo3::ffi::PyGILState_Ensure();
+            let saved = pyo3::ffi::PyEval_SaveThread();
+            ThreadState { gil, saved }
+        }
+    }
+}
+
+impl Drop for ThreadState {
+    fn drop(&mut self) {
+        // At exit (or once the interpreter is gone) the state is left: taking the GIL from a
+        // thread that is ending then is what must not happen.
+        // SAFETY: Py_IsInitialized may be called at any time.
+        if SHUTTING_DOWN.load(Ordering::Relaxed) || unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+            return;
+        }
+        // SAFETY: `saved` is this thread's state from SaveThread, and `gil` its Ensure.
+        unsafe {
+            pyo3::ffi::PyEval_RestoreThread(self.saved);
+            pyo3::ffi::PyGILState_Release(self.gil);
+        }
+    }
+}
+
+thread_local! {
+    static KEEP_ALIVE: std::cell::RefCell<Option<ThreadState>> = const { std::cell::RefCell::new(None) };
 }
 
 /// A Python callable `f(sample)` or `f(sample, rng)` as a chute transform.
@@ -128,7 +185,7 @@ impl Transform for PyTransform {
         if self.interrupt.is_set() {
             return Err("interrupted".into());
         }
-        Python::attach(|py| match self.call(py, sample, rng) {
+        on_worker(|py| match self.call(py, sample, rng) {
             Ok(()) => Ok(()),
             Err(e) if e.is_instance_of::<PyException>(py) => Err(Box::new(e) as BoxError),
             Err(e) => {

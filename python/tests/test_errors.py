@@ -36,10 +36,13 @@ def test_unreadable_file_is_permission_error(tmp_path):
     assert e.value.errno == errno.EACCES and e.value.filename == path
 
 
-def test_directory_is_an_os_error(tmp_path):
-    with pytest.raises(OSError) as e:
+def test_a_folder_without_shards_is_a_config_error(tmp_path):
+    # A folder stands for the shards inside it (chute.dataset's rule); with none, the error
+    # names the folder and what was looked for.
+    (tmp_path / "notes.txt").write_text("not tokens")
+    with pytest.raises(chute.ConfigError) as e:
         chute.tokens(tmp_path, SEQ)
-    assert str(tmp_path) in str(e.value) and "directory" in str(e.value)
+    assert str(tmp_path) in str(e.value) and ".bin" in str(e.value)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,36 @@
 //!
 //! This facade re-exports the layers: [`core`] (vocabulary, plan, state), [`formats`]
 //! (codecs and readers), [`io`] (byte sources), [`ops`] (transforms) and [`pipeline`] (the
-//! engine). The most used names are also at the top level.
+//! engine). The most used names are also at the top level, among them [`open`]: the one
+//! way to open a dataset (files, URLs, brace patterns, globs, folders or a manifest; the
+//! format detected or given in [`OpenOptions`]).
+//!
+//! A source from your own code is a closure ([`FnSource`]) or a `Vec` of samples
+//! ([`VecSource`]), and gets every guarantee (order, ranks, resume):
+//!
+//! ```
+//! use chute::core::{Array, Field};
+//! use chute::{DType, FnSource, Loader, Sample, Shuffle};
+//!
+//! let source = FnSource::new("squares", 100, |id| {
+//!     let x = ((id * id) as f32).to_le_bytes().to_vec();
+//!     Ok(Sample::new(id).with("x", Field::Array(Array::new(DType::F32, vec![], x.into()))))
+//! });
+//! let mut loader = Loader::builder(source)
+//!     .batch_size(10).shuffle(Shuffle::Global).seed(1).num_workers(2).build()?;
+//! let mut n = 0;
+//! for batch in &mut loader {
+//!     n += batch?.len();
+//! }
+//! assert_eq!(n, 100);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ```no_run
+//! let source = chute::open(&["data/"], &chute::OpenOptions::default())?; // every shard inside
+//! let loader = chute::Loader::builder_arc(source).batch_size(32).build()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 //!
 //! ```no_run
 //! use chute::{DType, Loader, Shuffle, TokenOptions, TokenSource};
@@ -31,10 +60,10 @@ pub use chute_io as io;
 pub use chute_ops as ops;
 pub use chute_pipeline as pipeline;
 
+pub use chute_core::Transform;
 pub use chute_core::{
-    Batch, Column, ConfigError, DType, Error, Manifest, Sample, Shuffle, Source, State, StateError,
-    Tensor,
+    Batch, Column, ConfigError, DType, Error, FnSource, Manifest, Sample, Shuffle, Source, State,
+    StateError, Tensor, VecSource,
 };
-pub use chute_formats::{TokenOptions, TokenSource};
-pub use chute_ops::Transform;
+pub use chute_formats::{Dataset, Format, OpenOptions, TokenOptions, TokenSource, open};
 pub use chute_pipeline::{Loader, LoaderBuilder, LoaderOptions, StatsSnapshot};

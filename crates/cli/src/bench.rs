@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chute::core::{OnError, Shuffle, Source, State};
+use chute::io::write_atomically;
 use chute::ops::Pipeline;
-use chute::pipeline::check::StreamDigest;
+use chute::pipeline::StreamDigest;
 use chute::pipeline::{Loader, LoaderOptions, StatsSnapshot};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -310,7 +311,9 @@ pub(crate) fn run_loop(loader: &mut Loader, run: &RunArgs) -> anyhow::Result<Sum
                 && batches == *n
             {
                 let state = loader.state();
-                write_atomic(path, &state.to_json())?;
+                // Through a temporary file, so a killed run never leaves half a state file.
+                write_atomically(path, state.to_json().as_bytes())
+                    .with_context(|| format!("writing {}", path.display()))?;
                 saved_state = Some(state);
                 break 'epochs;
             }
@@ -345,15 +348,6 @@ pub(crate) fn run_loop(loader: &mut Loader, run: &RunArgs) -> anyhow::Result<Sum
         stages: stats,
         remote: remote_summary(),
     })
-}
-
-/// Writes `text` to a temporary name next to `path`, then renames it into place, so a
-/// killed run never leaves a half-written state file.
-fn write_atomic(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
 }
 
 pub(crate) fn print_summary(s: &Summary, run: &RunArgs) {

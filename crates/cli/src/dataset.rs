@@ -1,85 +1,35 @@
-//! Opening a dataset from the command line: shard paths (with brace expansion) or a
-//! `manifest.json` written by `chute index`; the format from `--format`, the manifest or the
-//! extension.
+//! Dataset arguments of the command line, turned into [`chute::formats::open`]'s inputs and
+//! [`OpenOptions`]; the process's remote options from the flags.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
-use chute::core::{DType, Manifest, Source};
-use chute::formats::example::ExampleOptions;
-use chute::formats::parquet::{ParquetOptions, ParquetSource};
-use chute::formats::tfrecord::{TfRecordOptions, TfRecordSource};
-use chute::formats::webdataset::{self, WebDatasetOptions, WebDatasetSource, expand_braces};
-use chute::formats::{IndexMode, TokenOptions, TokenSource, tfrecord};
-use chute::io::{Location, RemoteOptions, set_remote_options};
-use clap::{Args, ValueEnum};
-
-/// Formats chute reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Format {
-    /// Flat little-endian token ids (nanoGPT's `.bin`).
-    Tokens,
-    /// WebDataset tar shards (`.tar`): files sharing a key form a sample.
-    Webdataset,
-    /// TFRecord files of `tf.train.Example`s (`.tfrecord`, `.tfrecords`, `.tfrec`).
-    Tfrecord,
-    /// Apache Parquet (`.parquet`): columns become batch columns.
-    Parquet,
-}
-
-impl Format {
-    /// The manifest's name for the format.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Format::Tokens => "tokens",
-            Format::Webdataset => webdataset::FORMAT,
-            Format::Tfrecord => tfrecord::FORMAT,
-            Format::Parquet => "parquet",
-        }
-    }
-
-    fn from_name(name: &str) -> Option<Format> {
-        [
-            Format::Tokens,
-            Format::Webdataset,
-            Format::Tfrecord,
-            Format::Parquet,
-        ]
-        .into_iter()
-        .find(|f| f.name() == name)
-    }
-}
-
-/// How shard indexes are found (tar and TFRecord).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
-pub(crate) enum IndexArg {
-    /// `<shard>.idx` when present, else scan the shard.
-    #[default]
-    Auto,
-    /// Every shard must have its `.idx` (written by `chute index`).
-    Require,
-    /// Ignore index files and scan.
-    Scan,
-}
+use anyhow::bail;
+use chute::core::{DType, Source};
+use chute::formats::{Dataset, Format, IndexMode, OpenOptions};
+use chute::io::{RemoteOptions, set_remote_options};
+use clap::Args;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 
 /// Where the data is and how to read it.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct DatasetArgs {
-    /// Shard files or URLs (http(s)://, s3://, gs://, az://, file://; brace patterns such as
-    /// `train-{000000..000127}.tar` are expanded), or one `manifest.json` (a path or URL)
-    /// written by `chute index`.
+    /// Shard files or URLs (http(s)://, s3://, gs://, az://, file://), brace patterns such as
+    /// `train-{000000..000127}.tar`, globs (`data/*.parquet`), folders (every shard inside,
+    /// sorted, or their manifest.json) or one `manifest.json` (a path or URL) written by
+    /// `chute index`.
     #[arg(required = true)]
     pub(crate) paths: Vec<PathBuf>,
     /// Format; by default from the manifest or the file extension.
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = format_parser())]
     pub(crate) format: Option<Format>,
-    /// Token files: tokens per training sequence; a sample is a window of seq_len + 1 tokens.
-    #[arg(long, default_value_t = 1024)]
-    pub(crate) seq_len: usize,
-    /// Token files: the stored token type.
-    #[arg(long, default_value = "uint16", value_parser = parse_dtype)]
-    pub(crate) token_dtype: DType,
+    /// Token files: tokens per training sequence; a sample is a window of seq_len + 1 tokens
+    /// [default: the manifest's, else 1024].
+    #[arg(long)]
+    pub(crate) seq_len: Option<usize>,
+    /// Token files: the stored token type [default: the manifest's, else uint16].
+    #[arg(long, value_parser = parse_dtype)]
+    pub(crate) token_dtype: Option<DType>,
     /// Token files: the dtype of the batch tensor (uint16, int32 or int64).
     #[arg(long, default_value = "int64", value_parser = parse_dtype)]
     pub(crate) out_dtype: DType,
@@ -90,8 +40,8 @@ pub(crate) struct DatasetArgs {
     #[arg(long)]
     pub(crate) chunk_rows: Option<usize>,
     /// Tar and TFRecord: where shard indexes come from.
-    #[arg(long, value_enum, default_value_t = IndexArg::Auto)]
-    pub(crate) index: IndexArg,
+    #[arg(long, default_value_t = IndexMode::Auto, value_parser = index_parser())]
+    pub(crate) index: IndexMode,
     /// TFRecord: records as raw bytes (a `record` field) instead of `tf.train.Example`s.
     #[arg(long)]
     pub(crate) raw: bool,
@@ -126,12 +76,16 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DType, String> {
     s.parse::<DType>().map_err(|e| e.to_string())
 }
 
-/// The shard files and format a command line names.
-pub(crate) struct Resolved {
-    pub(crate) format: Format,
-    pub(crate) paths: Vec<PathBuf>,
-    /// The manifest it came from, if any (its fingerprint must match the shards').
-    pub(crate) manifest: Option<(PathBuf, Manifest)>,
+/// `--format`: one of [`Format::ALL`]'s names (listed by `--help`).
+pub(crate) fn format_parser() -> impl TypedValueParser<Value = Format> {
+    PossibleValuesParser::new(Format::ALL.map(Format::name))
+        .try_map(|s| s.parse::<Format>().map_err(|e| e.to_string()))
+}
+
+/// `--index`: one of [`IndexMode::ALL`]'s names.
+fn index_parser() -> impl TypedValueParser<Value = IndexMode> {
+    PossibleValuesParser::new(IndexMode::ALL.map(IndexMode::name))
+        .try_map(|s| s.parse::<IndexMode>().map_err(|e| e.to_string()))
 }
 
 impl DatasetArgs {
@@ -160,177 +114,36 @@ impl DatasetArgs {
         Ok(())
     }
 
-    /// Expands brace patterns and reads a manifest, if one was given.
-    pub(crate) fn resolve(&self) -> anyhow::Result<Resolved> {
+    /// The library's options for these flags.
+    pub(crate) fn options(&self) -> OpenOptions {
+        OpenOptions {
+            format: self.format,
+            seq_len: self.seq_len,
+            token_dtype: self.token_dtype,
+            out_dtype: self.out_dtype,
+            columns: self.columns.clone(),
+            chunk_rows: self.chunk_rows,
+            index: self.index,
+            raw: self.raw,
+            verify_checksums: !self.no_verify,
+        }
+    }
+
+    /// The format, shard files and manifest the paths name (after setting remote options).
+    pub(crate) fn resolve(&self) -> anyhow::Result<Dataset> {
         self.apply_remote_options()?;
-        if let [one] = self.paths.as_slice()
-            && one.extension().is_some_and(|e| e == "json")
-        {
-            let loc = Location::from_path(one)?;
-            let text = loc
-                .read()
-                .with_context(|| format!("reading manifest {}", one.display()))?;
-            let text = std::str::from_utf8(&text)
-                .with_context(|| format!("manifest {} is not UTF-8 text", one.display()))?;
-            let m = Manifest::from_json(text, &one.display().to_string())?;
-            let format = match self.format {
-                Some(f) => f,
-                None => Format::from_name(&m.format).with_context(|| {
-                    format!(
-                        "manifest {} has unknown format {:?}",
-                        one.display(),
-                        m.format
-                    )
-                })?,
-            };
-            let mut paths: Vec<PathBuf> = Vec::new();
-            for s in &m.shards {
-                // Parquet shards are chunks of row groups: `file.parquet#rowgroup0:0+65536`.
-                let file = s
-                    .path
-                    .split_once("#rowgroup")
-                    .map_or(s.path.as_str(), |(f, _)| f);
-                // Relative to the manifest's folder, or its URL's.
-                let p = PathBuf::from(loc.join_sibling(file)?.to_string());
-                if paths.last() != Some(&p) {
-                    paths.push(p);
-                }
-            }
-            return Ok(Resolved {
-                format,
-                paths,
-                manifest: Some((one.clone(), m)),
-            });
-        }
-        let mut paths = Vec::new();
-        for p in &self.paths {
-            let s = p.to_string_lossy();
-            if s.contains('{') {
-                paths.extend(expand_braces(&s)?.into_iter().map(PathBuf::from));
-            } else {
-                paths.push(p.clone());
-            }
-        }
-        let format = match self.format {
-            Some(f) => f,
-            None => detect(&paths[0])?,
-        };
-        Ok(Resolved {
-            format,
-            paths,
-            manifest: None,
-        })
+        Ok(Dataset::resolve(&self.paths, self.format)?)
     }
 
-    /// The format, from `--format`, the manifest or the first path's extension.
-    pub(crate) fn format(&self) -> anyhow::Result<Format> {
-        Ok(self.resolve()?.format)
+    /// [`DatasetArgs::resolve`] for indexing: a folder stands for its shards, never for its
+    /// manifest, and a manifest is refused.
+    pub(crate) fn resolve_shards(&self) -> anyhow::Result<Dataset> {
+        self.apply_remote_options()?;
+        Ok(Dataset::resolve_shards(&self.paths, self.format)?)
     }
 
-    /// Opens the source over every shard.
+    /// Opens the source over every shard (checking a manifest's fingerprint).
     pub(crate) fn open(&self) -> anyhow::Result<Arc<dyn Source>> {
-        let r = self.resolve()?;
-        let source = self.open_paths_as(r.format, &r.paths, r.manifest.as_ref())?;
-        if let Some((path, m)) = &r.manifest {
-            let (want, got) = (m.fingerprint(), source.manifest().fingerprint());
-            if want != got {
-                bail!(
-                    "manifest {} does not match its shards (fingerprint {want}, the shards give \
-                     {got}): they changed since `chute index`; run it again",
-                    path.display()
-                );
-            }
-        }
-        Ok(source)
+        Ok(self.resolve()?.open(&self.options())?)
     }
-
-    /// Opens the source over `paths` with this dataset's format and options.
-    pub(crate) fn open_paths(&self, paths: &[PathBuf]) -> anyhow::Result<Arc<dyn Source>> {
-        let r = self.resolve()?;
-        self.open_paths_as(r.format, paths, r.manifest.as_ref())
-    }
-
-    fn open_paths_as(
-        &self,
-        format: Format,
-        paths: &[PathBuf],
-        manifest: Option<&(PathBuf, Manifest)>,
-    ) -> anyhow::Result<Arc<dyn Source>> {
-        let ctx = || format!("opening {} shards {paths:?}", format.name());
-        Ok(match format {
-            Format::Tokens => {
-                // A manifest records what a sample is; it wins over the defaults.
-                let param = |k: &str| manifest.and_then(|(_, m)| m.params.get(k).cloned());
-                let seq_len = param("seq_len")
-                    .and_then(|v| v.as_u64())
-                    .map_or(self.seq_len, |v| v as usize);
-                let dtype = match param("dtype").and_then(|v| v.as_str().map(str::to_owned)) {
-                    Some(d) => d.parse()?,
-                    None => self.token_dtype,
-                };
-                let opts = TokenOptions {
-                    seq_len,
-                    dtype,
-                    out_dtype: self.out_dtype,
-                };
-                Arc::new(TokenSource::open(paths, opts).with_context(ctx)?)
-            }
-            Format::Webdataset => {
-                let opts = WebDatasetOptions {
-                    index: self.index_mode(),
-                    ..Default::default()
-                };
-                Arc::new(WebDatasetSource::open(paths, opts).with_context(ctx)?)
-            }
-            Format::Tfrecord => {
-                let example = (!self.raw).then(|| ExampleOptions {
-                    features: self.columns.clone(),
-                    ..Default::default()
-                });
-                let opts = TfRecordOptions {
-                    verify_checksums: !self.no_verify,
-                    example,
-                    index: self.index_mode(),
-                    ..Default::default()
-                };
-                Arc::new(TfRecordSource::open(paths, opts).with_context(ctx)?)
-            }
-            Format::Parquet => {
-                let opts = ParquetOptions {
-                    columns: self.columns.clone(),
-                    chunk_rows: self.chunk_rows,
-                    ..Default::default()
-                };
-                Arc::new(ParquetSource::open(paths, opts).with_context(ctx)?)
-            }
-        })
-    }
-
-    fn index_mode(&self) -> IndexMode {
-        match self.index {
-            IndexArg::Auto => IndexMode::Auto,
-            IndexArg::Require => IndexMode::Require,
-            IndexArg::Scan => IndexMode::Scan,
-        }
-    }
-}
-
-/// The format a file's extension implies.
-fn detect(path: &Path) -> anyhow::Result<Format> {
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    let name = name.strip_suffix(".gz").unwrap_or(name);
-    Ok(match name.rsplit_once('.').map(|(_, e)| e) {
-        Some("bin") => Format::Tokens,
-        Some("tar") => Format::Webdataset,
-        Some("tfrecord" | "tfrecords" | "tfrec") => Format::Tfrecord,
-        Some("parquet" | "pq") => Format::Parquet,
-        other => bail!(
-            "cannot tell the format of {} from its extension {other:?}; pass --format \
-             (tokens, webdataset, tfrecord or parquet)",
-            path.display()
-        ),
-    })
 }

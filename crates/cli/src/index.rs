@@ -4,10 +4,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use chute::formats::{IndexMode, tfrecord, webdataset};
-use chute::io::Location;
+use chute::io::{Location, write_atomically};
 use clap::{Args, Parser};
 
-use crate::dataset::{DatasetArgs, Format, IndexArg};
+use chute::formats::Format;
+
+use crate::dataset::DatasetArgs;
 
 /// `chute index` arguments.
 #[derive(Debug, Clone, Args)]
@@ -43,17 +45,14 @@ pub(crate) fn index_files(
 /// the global shuffle), and the manifest: shards with sample counts and byte sizes, paths
 /// relative to the manifest's folder.
 pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
-    let r = args.dataset.resolve()?;
-    if r.manifest.is_some() {
-        anyhow::bail!("chute index takes shard files, not a manifest");
-    }
+    let r = args.dataset.resolve_shards()?;
     let mut indexes = 0;
     let mut remote = 0;
     match r.format {
-        Format::Webdataset | Format::Tfrecord => {
+        Format::WebDataset | Format::TfRecord => {
             // Scan each shard on its own (ignoring any old index) to reach the format's index,
             // which the Source trait hides.
-            for path in &r.paths {
+            for path in &r.files {
                 if Location::from_path(path)?.is_remote() {
                     // No writing next to a remote object: the manifest (below) is written,
                     // and reading uses `<shard>.idx` objects where they were uploaded.
@@ -61,7 +60,7 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
                     continue;
                 }
                 match r.format {
-                    Format::Webdataset => {
+                    Format::WebDataset => {
                         let s = webdataset::WebDatasetSource::open(
                             std::slice::from_ref(path),
                             webdataset::WebDatasetOptions {
@@ -86,35 +85,40 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
                 indexes += 1;
             }
         }
-        Format::Tokens | Format::Parquet => {}
+        _ => {}
     }
     // The indexes just written describe the shards as they are now, so opening through them
     // (not scanning a second time) gives the manifest.
-    args.dataset.index = IndexArg::Auto;
-    let source = args.dataset.open()?;
+    args.dataset.index = IndexMode::Auto;
+    let source = r.open(&args.dataset.options())?;
     let out = match args.output.clone() {
         Some(out) => out,
         None if remote > 0 => anyhow::bail!(
             "remote shards: pass --output with a local file for the manifest (upload it next \
              to the shards to load them by the manifest's URL)"
         ),
-        None => r.paths[0]
+        None => r.files[0]
             .parent()
             .unwrap_or(std::path::Path::new("."))
             .join("manifest.json"),
     };
     let base = out.parent().map(|p| p.to_path_buf()).unwrap_or_default();
     let mut manifest = source.manifest().clone();
+    // Shard paths relative to the manifest's folder (so the dataset can move), absolute for
+    // local shards outside it (a glob over several folders), URLs as they are.
     for s in &mut manifest.shards {
         let p = PathBuf::from(&s.path);
         if let Ok(rel) = p.strip_prefix(&base) {
             s.path = rel.display().to_string();
+        } else if !Location::from_path(&p)?.is_remote() {
+            s.path = std::path::absolute(&p)
+                .with_context(|| format!("locating {}", p.display()))?
+                .display()
+                .to_string();
         }
     }
-    let tmp = out.with_extension("json.tmp");
-    std::fs::write(&tmp, manifest.to_json())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &out).with_context(|| format!("writing {}", out.display()))?;
+    write_atomically(&out, manifest.to_json().as_bytes())
+        .with_context(|| format!("writing {}", out.display()))?;
     println!(
         "{}: {} shard(s), {} samples, {} bytes; {indexes} index file(s) written",
         out.display(),

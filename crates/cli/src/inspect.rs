@@ -103,8 +103,8 @@ fn array_values(a: &chute::core::Array, n: usize) -> Vec<Value> {
 }
 
 pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
-    let format = args.dataset.format()?;
-    let source = args.dataset.open()?;
+    let dataset = args.dataset.resolve()?;
+    let source = dataset.open(&args.dataset.options())?;
     let m = source.manifest();
     let n = m.total_samples();
     let mut records = Vec::new();
@@ -125,7 +125,7 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             .collect(),
     };
     let report = json!({
-        "format": format!("{format:?}").to_lowercase(),
+        "format": dataset.format.name(),
         "shards": m.shards.len(),
         "samples": n,
         "bytes": m.total_bytes(),
@@ -206,13 +206,15 @@ fn problem(shard: &str, sample: Option<u64>, e: &anyhow::Error) -> Problem {
 pub(crate) fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     let mut problems = Vec::new();
     let (mut shards, mut samples) = (0u64, 0u64);
-    for path in &args.dataset.paths {
+    let dataset = args.dataset.resolve()?;
+    let options = args.dataset.options();
+    for path in &dataset.files {
         let shard = path.display().to_string();
         shards += 1;
-        let source = match args.dataset.open_paths(std::slice::from_ref(path)) {
+        let source = match dataset.open_files(std::slice::from_ref(path), &options) {
             Ok(s) => s,
             Err(e) => {
-                problems.push(problem(&shard, None, &e));
+                problems.push(problem(&shard, None, &anyhow::Error::new(e)));
                 continue;
             }
         };

@@ -49,13 +49,18 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The data is malformed: the shard, the byte offset and what was wrong.
-    #[error("{uri} at byte {offset}: {reason}")]
+    /// The data is malformed: the shard, the byte offset, the kind of damage and what was
+    /// wrong. Messages of [`Corruption::Truncated`] data start with `truncated:` after the
+    /// offset.
+    #[error("{uri} at byte {offset}: {}{reason}", kind.prefix())]
     Corrupt {
-        /// The shard.
+        /// The shard (or index, manifest) file or URL.
         uri: String,
         /// Byte offset of the bad record or header in the shard.
         offset: u64,
+        /// What kind of damage: what a caller (or Python's `CorruptDataError.kind`) tells
+        /// apart.
+        kind: Corruption,
         /// What was wrong and, where possible, what to do.
         reason: String,
     },
@@ -101,13 +106,100 @@ impl Error {
         }
     }
 
-    /// An [`Error::Corrupt`] for `uri` at `offset`.
+    /// An [`Error::Corrupt`] of kind [`Corruption::Malformed`] for `uri` at `offset`.
     pub fn corrupt(uri: impl Into<String>, offset: u64, reason: impl Into<String>) -> Self {
+        Error::corrupt_as(Corruption::Malformed, uri, offset, reason)
+    }
+
+    /// An [`Error::Corrupt`] of `kind` for `uri` at `offset`.
+    pub fn corrupt_as(
+        kind: Corruption,
+        uri: impl Into<String>,
+        offset: u64,
+        reason: impl Into<String>,
+    ) -> Self {
         Error::Corrupt {
             uri: uri.into(),
             offset,
+            kind,
             reason: reason.into(),
         }
+    }
+
+    /// An [`Error::Corrupt`] of kind [`Corruption::Truncated`]: the data ends at `offset`
+    /// inside what `reason` names.
+    pub fn truncated(uri: impl Into<String>, offset: u64, reason: impl Into<String>) -> Self {
+        Error::corrupt_as(Corruption::Truncated, uri, offset, reason)
+    }
+
+    /// The kind of damage, for an [`Error::Corrupt`].
+    pub fn corruption(&self) -> Option<Corruption> {
+        match self {
+            Error::Corrupt { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}
+
+/// The kinds of damage an [`Error::Corrupt`] reports, by what the user does next. The detail
+/// is the error's `reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Corruption {
+    /// The data ends inside a record, header or member: a partial download or copy, a write
+    /// that was interrupted. Copy the file again.
+    Truncated,
+    /// A checksum does not match the bytes (TFRecord's CRC32C): bit rot or a bad copy.
+    Checksum,
+    /// Bytes that do not follow the format: a damaged file, or a file of another format.
+    Malformed,
+    /// An index or manifest that no longer describes its shard (the shard changed since it
+    /// was written): run `chute index` again.
+    StaleIndex,
+    /// A size or count read from the data beyond what chute accepts (a record of 2^60 bytes):
+    /// damaged data, or a limit to raise.
+    TooLarge,
+    /// Valid data of a kind chute does not read (a dtype, a compression, a tar entry type).
+    Unsupported,
+}
+
+impl Corruption {
+    /// Every kind, in declaration order.
+    pub const ALL: [Corruption; 6] = [
+        Corruption::Truncated,
+        Corruption::Checksum,
+        Corruption::Malformed,
+        Corruption::StaleIndex,
+        Corruption::TooLarge,
+        Corruption::Unsupported,
+    ];
+
+    /// The kind's name (`truncated`, `checksum`, `malformed`, `stale_index`, `too_large`,
+    /// `unsupported`): what Python's `CorruptDataError.kind` holds.
+    pub fn name(self) -> &'static str {
+        match self {
+            Corruption::Truncated => "truncated",
+            Corruption::Checksum => "checksum",
+            Corruption::Malformed => "malformed",
+            Corruption::StaleIndex => "stale_index",
+            Corruption::TooLarge => "too_large",
+            Corruption::Unsupported => "unsupported",
+        }
+    }
+
+    /// What [`Error::Corrupt`]'s message puts before the reason: `truncated: ` for truncated
+    /// data (a documented contract), nothing otherwise (the reason says it).
+    fn prefix(self) -> &'static str {
+        match self {
+            Corruption::Truncated => "truncated: ",
+            _ => "",
+        }
+    }
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -8,7 +8,11 @@
 //! - [`State`]: a checkpoint as a position.
 //! - [`SampleRng`]: per-sample randomness seeded from (seed, epoch, index).
 //! - [`Error`], [`ConfigError`], [`StateError`]: variants by what the caller does next.
-//! - [`Source`]: random access to samples by global id.
+//! - [`Source`]: random access to samples by global id; [`FnSource`] (a closure) and
+//!   [`VecSource`] (samples in memory) make one from your own code.
+//! - [`Transform`] and [`Compose`], [`Cast`], [`Select`], [`Rename`], [`Slot`]: per-sample
+//!   transforms as the engine runs them (closures implement the trait).
+//! - [`npy`]: numpy's `.npy` header parser and writer, shared by the formats and the ops.
 //!
 //! ```
 //! use chute_core::{Manifest, Plan, PlanConfig, ShardInfo, Shuffle};
@@ -31,21 +35,24 @@ mod buffer;
 mod dtype;
 mod error;
 mod manifest;
+pub mod npy;
 mod plan;
 mod rng;
 mod sample;
 mod source;
 mod state;
 mod tensor;
+mod transform;
 
 pub use batch::{Batch, Column, VarColumn};
 pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
 pub use dtype::{DType, Element, cast_into, check_cast};
-pub use error::{BoxError, ConfigError, Error, OnError, Result, SampleRef, StateError};
+pub use error::{BoxError, ConfigError, Corruption, Error, OnError, Result, SampleRef, StateError};
 pub use manifest::{MANIFEST_VERSION, Manifest, ShardInfo};
 pub use plan::{Permutation, Plan, PlanConfig, Shuffle};
 pub use rng::{SampleRng, derive_key, mix64};
 pub use sample::{Array, Field, FieldName, Sample};
-pub use source::Source;
+pub use source::{FnSource, SAMPLES_PER_VIRTUAL_SHARD, Source, VecSource, virtual_manifest};
 pub use state::{STATE_VERSION, State};
 pub use tensor::Tensor;
+pub use transform::{Cast, Compose, Rename, Select, Slot, Transform};

@@ -81,6 +81,18 @@ pub enum Field {
     Array(Array),
 }
 
+impl Field {
+    /// What the field holds, for messages: `bytes (12 bytes)`, `text (5 bytes)` or `a uint8
+    /// [224, 224, 3] array`.
+    pub fn describe(&self) -> String {
+        match self {
+            Field::Bytes(b) => format!("bytes ({} bytes)", b.len()),
+            Field::Text(b) => format!("text ({} bytes)", b.len()),
+            Field::Array(a) => format!("a {} {:?} array", a.out_dtype(), a.shape),
+        }
+    }
+}
+
 /// A numeric array inside a sample: little-endian elements of `dtype` in `data` (no
 /// alignment required, so it can be a slice of a memory map), C order.
 ///

@@ -19,6 +19,14 @@ pub trait Source: Send + Sync + 'static {
     /// Reads sample `id`; `id` is always `< manifest().total_samples()`.
     fn read(&self, id: u64) -> Result<Sample, Error>;
 
+    /// Reads the samples `ids`, in order: the engine reads a batch's samples through it, a
+    /// few dozen at a time. One result per id, each standing for that id alone (a failed id
+    /// does not fail the others). The default calls [`Source::read`] for each; a source whose
+    /// calls share a cost (taking Python's GIL, a lock, a request) pays it once per call.
+    fn read_many(&self, ids: &[u64]) -> Vec<Result<Sample, Error>> {
+        ids.iter().map(|&id| self.read(id)).collect()
+    }
+
     /// Called by the loader before each epoch (and each resumption) with the plan this rank
     /// will follow, before any `read`. A source streaming remote shards uses it to fetch them
     /// in this rank's order, ahead of the workers ([`Plan::shard_order`],
@@ -42,6 +50,10 @@ pub trait Source: Send + Sync + 'static {
     }
 }
 
+// Forwards every method, defaults included: a method left out would silently fall back to
+// the trait's default (a source's own `set_plan` or `collate` lost behind an `Arc`), so clippy
+// refuses an impl that misses one.
+#[deny(clippy::missing_trait_methods)]
 impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
     fn manifest(&self) -> &Manifest {
         (**self).manifest()
@@ -49,6 +61,10 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
 
     fn read(&self, id: u64) -> Result<Sample, Error> {
         (**self).read(id)
+    }
+
+    fn read_many(&self, ids: &[u64]) -> Vec<Result<Sample, Error>> {
+        (**self).read_many(ids)
     }
 
     fn set_plan(&self, plan: &Plan) {
@@ -61,5 +77,171 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
         pool: &BufferPool,
     ) -> Option<Result<Vec<(String, Column)>, Error>> {
         (**self).collate(ids, pool)
+    }
+}
+
+/// Samples per shard of the sources made from your own code ([`FnSource`], [`VecSource`]):
+/// their "shards" are runs of ids, so block shuffle has windows to permute.
+pub const SAMPLES_PER_VIRTUAL_SHARD: u64 = 1024;
+
+/// The manifest of `len` samples from code named `name`: shards of
+/// [`SAMPLES_PER_VIRTUAL_SHARD`] consecutive ids, so the fingerprint (what a checkpoint is
+/// checked against) is the name and the length.
+pub fn virtual_manifest(name: &str, len: u64) -> Manifest {
+    let per = SAMPLES_PER_VIRTUAL_SHARD;
+    let shards = (0..len.div_ceil(per))
+        .map(|i| crate::ShardInfo {
+            path: format!("{name}#{}", i * per),
+            samples: per.min(len - i * per),
+            bytes: 0,
+        })
+        .collect();
+    Manifest::new(format!("code:{name}"), shards)
+}
+
+/// A source from your own code: `len` samples, sample `id` made by a closure (called on the
+/// worker threads, concurrently, so it takes `&self` state only). `name` names it in the
+/// manifest and in errors, and with `len` makes its fingerprint.
+///
+/// ```
+/// use chute_core::{Array, DType, Field, FnSource, Sample, Source};
+///
+/// let squares = FnSource::new("squares", 10, |id| {
+///     let v = (id * id).to_le_bytes().to_vec();
+///     Ok(Sample::new(id).with("x", Field::Array(Array::new(DType::U64, vec![], v.into()))))
+/// });
+/// assert_eq!(squares.manifest().total_samples(), 10);
+/// let Some(Field::Array(x)) = squares.read(3)?.get("x").cloned() else { unreachable!() };
+/// assert_eq!(&x.data[..], &9u64.to_le_bytes());
+/// # Ok::<(), chute_core::Error>(())
+/// ```
+pub struct FnSource<F> {
+    manifest: Manifest,
+    read: F,
+}
+
+impl<F> FnSource<F>
+where
+    F: Fn(u64) -> Result<Sample, Error> + Send + Sync + 'static,
+{
+    /// `len` samples named `name`, sample `id` being `read(id)`.
+    pub fn new(name: &str, len: u64, read: F) -> Self {
+        FnSource {
+            manifest: virtual_manifest(name, len),
+            read,
+        }
+    }
+}
+
+impl<F> std::fmt::Debug for FnSource<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnSource")
+            .field("format", &self.manifest.format)
+            .field("samples", &self.manifest.total_samples())
+            .finish()
+    }
+}
+
+impl<F> Source for FnSource<F>
+where
+    F: Fn(u64) -> Result<Sample, Error> + Send + Sync + 'static,
+{
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn read(&self, id: u64) -> Result<Sample, Error> {
+        let mut s = (self.read)(id)?;
+        s.index = id;
+        Ok(s)
+    }
+}
+
+/// A source over samples already in memory, in order (a test set, a small dataset built in
+/// code). Reads are clones: fields are `Bytes` views, so no sample data is copied.
+#[derive(Debug, Clone)]
+pub struct VecSource {
+    manifest: Manifest,
+    samples: Vec<Sample>,
+}
+
+impl VecSource {
+    /// The samples, in order; `name` makes the fingerprint with their number.
+    pub fn new(name: &str, samples: Vec<Sample>) -> Self {
+        VecSource {
+            manifest: virtual_manifest(name, samples.len() as u64),
+            samples,
+        }
+    }
+}
+
+impl Source for VecSource {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn read(&self, id: u64) -> Result<Sample, Error> {
+        let i = usize::try_from(id).ok().filter(|&i| i < self.samples.len());
+        let Some(i) = i else {
+            return Err(crate::ConfigError::new(
+                "id",
+                format!("sample {id} of {}", self.samples.len()),
+            )
+            .into());
+        };
+        let mut s = self.samples[i].clone();
+        s.index = id;
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Array, DType, Field, Plan, PlanConfig, Shuffle};
+
+    fn sample(id: u64) -> Sample {
+        let v = id.to_le_bytes().to_vec();
+        Sample::new(0).with("x", Field::Array(Array::new(DType::U64, vec![], v.into())))
+    }
+
+    #[test]
+    fn virtual_shards_cover_the_ids_and_name_the_code() {
+        let m = virtual_manifest("mine", 2500);
+        assert_eq!(m.format, "code:mine");
+        let counts: Vec<u64> = m.shards.iter().map(|s| s.samples).collect();
+        assert_eq!(counts, [1024, 1024, 452]);
+        assert_eq!(virtual_manifest("mine", 0).shards.len(), 0);
+        assert_ne!(
+            m.fingerprint(),
+            virtual_manifest("mine", 2501).fingerprint()
+        );
+        assert_ne!(
+            m.fingerprint(),
+            virtual_manifest("other", 2500).fingerprint()
+        );
+        // Block shuffle has shards to permute.
+        let cfg = PlanConfig {
+            shuffle: Shuffle::Block { window: 1 },
+            ..Default::default()
+        };
+        let mut ids: Vec<u64> = Plan::new(&m, &cfg).unwrap().iter().collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..2500).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn closures_and_vectors_are_sources() {
+        let f = FnSource::new("f", 5, |id| Ok(sample(id * 2)));
+        let v = VecSource::new("v", (0..5).map(|id| sample(id * 2)).collect());
+        for id in 0..5 {
+            let (a, b) = (f.read(id).unwrap(), v.read(id).unwrap());
+            assert_eq!((a.index, b.index), (id, id));
+            let (Some(Field::Array(x)), Some(Field::Array(y))) = (a.get("x"), b.get("x")) else {
+                panic!()
+            };
+            assert_eq!(x.data, y.data);
+        }
+        assert!(v.read(5).unwrap_err().to_string().contains("sample 5 of 5"));
     }
 }

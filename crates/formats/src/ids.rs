@@ -4,7 +4,7 @@
 
 use chute_core::{DType, Error};
 
-use crate::npy::read_npy;
+use chute_core::npy::read_npy;
 
 /// Longest piece of a bad token quoted in an error message.
 const QUOTE_MAX: usize = 40;
@@ -119,7 +119,7 @@ pub fn token_ids_from_npy(bytes: &[u8], origin: &str) -> Result<Vec<u32>, Error>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::npy::write_npy;
+    use chute_core::npy::write_npy;
 
     fn corrupt(e: Error) -> (String, u64, String) {
         match e {
@@ -127,6 +127,7 @@ mod tests {
                 uri,
                 offset,
                 reason,
+                ..
             } => (uri, offset, reason),
             other => panic!("expected a corrupt error, got {other}"),
         }

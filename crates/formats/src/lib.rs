@@ -1,8 +1,7 @@
 //! chute's format codecs: how bytes become samples, and samples bytes.
 //!
 //! Decoders here never do I/O of their own: they read from a slice or a memory map handed in
-//! by `chute-io`, so the same code serves local files and, later, remote objects, and can be
-//! fuzzed.
+//! by `chute-io`, so the same code serves local files and remote objects, and can be fuzzed.
 //!
 //! - [`TokenSource`], [`TokenOptions`], [`TokenWriter`]: nanoGPT-style token files (flat
 //!   `uint16`/`uint32` ids), read as non-overlapping windows of `seq_len + 1` tokens.
@@ -14,7 +13,9 @@
 //!   DALI-format index files, GZIP streaming; a hand-written `tf.train.Example` codec.
 //! - `parquet` (feature `parquet`): `ParquetSource` with projection and a columnar fast path,
 //!   `ParquetWriter`.
-//! - [`check::check_reader`]: the conformance suite every reader passes.
+//! - [`open`], [`Dataset`], [`Format`], [`OpenOptions`]: the one way to open a dataset from
+//!   paths, URLs, brace patterns, globs, folders or a manifest, the format given or detected.
+//! - `check::check_reader` (feature `testing`): the conformance suite every reader passes.
 //! - [`parse_token_text`], [`token_ids_from_npy`]: token ids from text or `.npy` arrays, to
 //!   feed a [`TokenWriter`].
 //!
@@ -43,10 +44,12 @@
 //! ```
 
 mod braces;
+#[cfg(any(test, feature = "testing"))]
 pub mod check;
+mod dataset;
 pub mod example;
 mod ids;
-mod npy;
+mod indexed;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod tar;
@@ -54,6 +57,7 @@ pub mod tfrecord;
 mod tokens;
 pub mod webdataset;
 
+pub use dataset::{DEFAULT_SEQ_LEN, Dataset, Format, MANIFEST_NAME, OpenOptions, open};
 pub use ids::{parse_token_text, token_ids_from_npy};
 
 /// Where an indexed source (WebDataset tar shards, TFRecord files) gets each shard's sample
@@ -69,7 +73,43 @@ pub enum IndexMode {
     /// Always scan, ignoring index files (for shards whose indexes may be stale).
     Scan,
 }
-pub use npy::{NpyHeader, npy_descr, read_npy, write_npy};
+
+impl IndexMode {
+    /// Every mode, as [`IndexMode::name`]s them.
+    pub const ALL: [IndexMode; 3] = [IndexMode::Auto, IndexMode::Require, IndexMode::Scan];
+
+    /// `auto`, `require` or `scan`: what the CLI and Python take.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexMode::Auto => "auto",
+            IndexMode::Require => "require",
+            IndexMode::Scan => "scan",
+        }
+    }
+}
+
+impl std::fmt::Display for IndexMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for IndexMode {
+    type Err = chute_core::ConfigError;
+
+    fn from_str(s: &str) -> Result<IndexMode, chute_core::ConfigError> {
+        IndexMode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                chute_core::ConfigError::new(
+                    "index",
+                    format!("{s:?}; use \"auto\", \"require\" or \"scan\""),
+                )
+            })
+    }
+}
+pub use chute_core::npy::{NpyHeader, npy_descr, read_npy, write_npy};
 pub use tfrecord::{TfRecordOptions, TfRecordSource};
 pub use tokens::{TOKENS_FIELD, TokenOptions, TokenSource, TokenWriter};
 pub use webdataset::{WebDatasetOptions, WebDatasetSource, expand_braces};

@@ -12,7 +12,6 @@
 //! Nulls are refused with the column and row named: batches have no null representation.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,6 +32,7 @@ use chute_core::{
     Array, BufferPool, Column, ConfigError, DType, Error, Field, FieldName, Manifest, Sample,
     ShardInfo, Source, Tensor, VarColumn,
 };
+use chute_io::AtomicFile;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -290,7 +290,8 @@ impl ParquetSource {
         let avg = (total_uncompressed.max(1) as usize) / groups.len().max(1);
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
         let cache_groups = (cache_bytes / avg.max(1)).max(8);
-        let manifest = Manifest::new("parquet", shards).with_param("columns", names.join(","));
+        let manifest = Manifest::new(crate::Format::Parquet.name(), shards)
+            .with_param("columns", names.join(","));
         let group_starts = std::iter::once(0)
             .chain(groups.iter().scan(0, |acc, &(_, _, rows)| {
                 *acc += rows;
@@ -610,19 +611,17 @@ fn gather_fixed<const W: usize>(dst: &mut [u8], raws: &[&[u8]], rows: &[(usize, 
 /// Writes samples to a Parquet file: numeric scalars become numeric columns, fixed-shape 1-D
 /// arrays fixed-size lists, bytes binary and text string columns. The schema is taken from
 /// the first sample; a row group is written every `row_group_rows` samples. The file is
-/// written under `<path>.tmp` and renamed by [`ParquetWriter::finish`]; dropping the writer
-/// without finishing (or a failed `finish`) deletes the temporary file.
+/// written under `<path>.tmp` (an [`AtomicFile`]) and renamed by [`ParquetWriter::finish`];
+/// dropping the writer without finishing (or a failed `finish`) deletes the temporary file.
 pub struct ParquetWriter {
     path: PathBuf,
-    tmp: PathBuf,
     row_group_rows: usize,
     columns: Vec<(String, Kind, Vec<u8>, Vec<i32>)>,
     rows: usize,
     written: u64,
-    writer: Option<ArrowWriter<File>>,
+    /// Created with the first row, which gives the schema.
+    writer: Option<ArrowWriter<AtomicFile>>,
     schema: Option<Arc<Schema>>,
-    /// Set once the file is in place; until then dropping the writer deletes the `.tmp`.
-    finished: bool,
 }
 
 impl std::fmt::Debug for ParquetWriter {
@@ -637,19 +636,14 @@ impl std::fmt::Debug for ParquetWriter {
 impl ParquetWriter {
     /// A writer to `path`, flushing a row group every `row_group_rows` rows.
     pub fn create(path: impl AsRef<Path>, row_group_rows: usize) -> Result<Self, Error> {
-        let path = path.as_ref().to_path_buf();
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(".tmp");
         Ok(ParquetWriter {
-            path,
-            tmp: tmp.into(),
+            path: path.as_ref().to_path_buf(),
             row_group_rows: row_group_rows.max(1),
             columns: Vec::new(),
             rows: 0,
             written: 0,
             writer: None,
             schema: None,
-            finished: false,
         })
     }
 
@@ -692,8 +686,7 @@ impl ParquetWriter {
                     .push((name.to_string(), kind, Vec::new(), vec![0]));
             }
             let schema = Arc::new(Schema::new(fields));
-            let file = File::create(&self.tmp)
-                .map_err(|e| Error::io(self.tmp.display().to_string(), e))?;
+            let file = AtomicFile::create(&self.path)?;
             let writer = ArrowWriter::try_new(file, schema.clone(), None)
                 .map_err(|e| Error::io(self.origin(), std::io::Error::other(e)))?;
             self.writer = Some(writer);
@@ -804,9 +797,7 @@ impl ParquetWriter {
                 let file = w
                     .into_inner()
                     .map_err(|e| Error::io(self.origin(), std::io::Error::other(e)))?;
-                // As the other writers do: data on disk before the name says complete.
-                file.sync_all()
-                    .map_err(|e| Error::io(self.tmp.display().to_string(), e))?;
+                file.finish()?;
             }
             None => {
                 return Err(ConfigError::new(
@@ -816,19 +807,7 @@ impl ParquetWriter {
                 .into());
             }
         }
-        std::fs::rename(&self.tmp, &self.path).map_err(|e| Error::io(self.origin(), e))?;
-        self.finished = true;
         Ok(self.written)
-    }
-}
-
-impl Drop for ParquetWriter {
-    fn drop(&mut self) {
-        if !self.finished {
-            // Not finished (dropped, or `finish` failed): the partial file must not stay.
-            drop(self.writer.take());
-            let _ = std::fs::remove_file(&self.tmp);
-        }
     }
 }
 

@@ -74,7 +74,7 @@
 use std::io::{self, Write};
 use std::ops::Range;
 
-use chute_core::Error;
+use chute_core::{Corruption, Error};
 
 /// Size of a tar block: headers are one block, data is padded to whole blocks.
 pub const BLOCK_SIZE: usize = 512;
@@ -465,7 +465,8 @@ impl TarDecoder {
         }
         match typeflag {
             b'S' => {
-                return Err(self.corrupt(
+                return Err(self.corrupt_as(
+                    Corruption::Unsupported,
                     at,
                     "a GNU sparse member: its stored bytes are not the file's, and readers lay \
                      them out differently; re-create the shard without --sparse"
@@ -473,7 +474,8 @@ impl TarDecoder {
                 ));
             }
             b'X' => {
-                return Err(self.corrupt(
+                return Err(self.corrupt_as(
+                    Corruption::Unsupported,
                     at,
                     "a Solaris extended header ('X'): readers disagree on whether it applies to \
                      the next member; re-create the shard with pax ('x') headers"
@@ -563,7 +565,8 @@ impl TarDecoder {
             ));
         }
         if size > self.options.max_member_size {
-            return Err(self.corrupt(
+            return Err(self.corrupt_as(
+                Corruption::TooLarge,
                 at,
                 format!(
                     "member {:?} declares {size} bytes, more than the limit of {} \
@@ -580,7 +583,8 @@ impl TarDecoder {
             .map(|s| s & !(BLOCK - 1))
             .filter(|s| data_offset.checked_add(*s).is_some())
             .ok_or_else(|| {
-                self.corrupt(
+                self.corrupt_as(
+                    Corruption::TooLarge,
                     at,
                     format!("member size {size} runs past any possible archive"),
                 )
@@ -617,7 +621,8 @@ impl TarDecoder {
             Some(s) => s.to_string(),
             None => format!("{:?}", String::from_utf8_lossy(&b[148..156])),
         };
-        Err(self.corrupt(
+        Err(self.corrupt_as(
+            Corruption::Checksum,
             at,
             format!(
                 "header checksum mismatch: the header says {stored}, its bytes sum to \
@@ -662,7 +667,8 @@ impl TarDecoder {
             return Err(self.corrupt(at, format!("{why}; re-create the shard")));
         }
         if size > self.options.max_header_size {
-            return Err(self.corrupt(
+            return Err(self.corrupt_as(
+                Corruption::TooLarge,
                 at,
                 format!(
                     "a {} of {size} bytes, more than the limit of {} \
@@ -764,7 +770,8 @@ impl TarDecoder {
                 return Err(bad("a newline inside a record"));
             }
             if key.starts_with(b"GNU.sparse.") {
-                return Err(self.corrupt(
+                return Err(self.corrupt_as(
+                    Corruption::Unsupported,
                     at,
                     "pax GNU.sparse records: sparse members are not supported (their stored \
                      bytes are not the file's); re-create the shard without --sparse"
@@ -848,30 +855,30 @@ impl TarDecoder {
             State::Failed => "the decoder already failed".to_string(),
             State::End { .. } => unreachable!("an ended archive is complete"),
             State::Header if self.fill > 0 => format!(
-                "truncated: the data stops at byte {end}, inside the header block that starts \
+                "the data stops at byte {end}, inside the header block that starts \
                  at byte {}",
                 end - self.fill as u64
             ),
             State::Header if self.pending.start.is_some() => format!(
-                "truncated: the data stops at byte {end}, after the extension header at byte {} \
+                "the data stops at byte {end}, after the extension header at byte {} \
                  and before the member it describes",
                 self.pending.start.unwrap_or_default()
             ),
             State::Header if end == 0 => {
-                "truncated: the shard is empty (0 bytes); even an empty tar archive holds an \
+                "the shard is empty (0 bytes); even an empty tar archive holds an \
                  end-of-archive block"
                     .to_string()
             }
-            State::Header => format!("truncated: the data stops at byte {end}, {otherwise}"),
+            State::Header => format!("the data stops at byte {end}, {otherwise}"),
             State::Ext {
                 ext, header_offset, ..
             } => format!(
-                "truncated: the data stops at byte {end}, inside the {} at byte {header_offset}",
+                "the data stops at byte {end}, inside the {} at byte {header_offset}",
                 ext.what()
             ),
             State::Skip { remaining } => match self.current {
                 Some(c) if end < c.data_offset + c.size => format!(
-                    "truncated: the data stops at byte {end}, inside member {:?} (header at \
+                    "the data stops at byte {end}, inside member {:?} (header at \
                      byte {}, {} data bytes from byte {}; {} missing)",
                     String::from_utf8_lossy(&self.path),
                     c.header_offset,
@@ -880,19 +887,27 @@ impl TarDecoder {
                     c.data_offset + c.size - end
                 ),
                 _ => format!(
-                    "truncated: the data stops at byte {end}, inside the padding after a \
+                    "the data stops at byte {end}, inside the padding after a \
                      member ({remaining} bytes missing)"
                 ),
             },
         };
-        Err(self.corrupt(
+        if self.state == State::Failed {
+            return Err(self.corrupt(end, reason));
+        }
+        Err(self.corrupt_as(
+            Corruption::Truncated,
             end,
             format!("{reason}; the shard is incomplete (an interrupted download or write?)"),
         ))
     }
 
     fn corrupt(&self, offset: u64, reason: String) -> Error {
-        Error::corrupt(self.uri.clone(), offset, reason)
+        self.corrupt_as(Corruption::Malformed, offset, reason)
+    }
+
+    fn corrupt_as(&self, kind: Corruption, offset: u64, reason: String) -> Error {
+        Error::corrupt_as(kind, self.uri.clone(), offset, reason)
     }
 }
 
@@ -1328,13 +1343,15 @@ mod tests {
         Ok(out)
     }
 
-    fn reason(e: &Error) -> (&str, u64, &str) {
+    /// The shard, the offset and the message after them, as the user reads it (`truncated: `
+    /// included).
+    fn reason(e: &Error) -> (&str, u64, String) {
         match e {
-            Error::Corrupt {
-                uri,
-                offset,
-                reason,
-            } => (uri, *offset, reason),
+            Error::Corrupt { uri, offset, .. } => {
+                let text = e.to_string();
+                let why = text[text.find(": ").map_or(0, |i| i + 2)..].to_string();
+                (uri, *offset, why)
+            }
             other => panic!("expected a corrupt error, got {other}"),
         }
     }

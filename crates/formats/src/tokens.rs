@@ -12,14 +12,16 @@
 //! file's last whole window are not read, and windows never span two files.
 
 use std::borrow::Cow;
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 
 use bytes::Bytes;
 use chute_core::{
     Array, ConfigError, DType, Error, Field, Manifest, Sample, ShardInfo, Source, check_cast,
 };
+use chute_io::AtomicFile;
+
+use crate::Format;
 
 /// The name of the one field of a token sample.
 pub const TOKENS_FIELD: &str = "tokens";
@@ -79,6 +81,17 @@ impl TokenSource {
     /// with another dtype, or cut short). A file too short for one window is fine and holds
     /// no samples.
     pub fn open<P: AsRef<Path>>(paths: &[P], options: TokenOptions) -> Result<TokenSource, Error> {
+        Self::window_bytes(options)?;
+        if paths.is_empty() {
+            return Err(
+                ConfigError::new("paths", "no token files given; pass at least one").into(),
+            );
+        }
+        Self::from_bytes(crate::open_whole(paths, true)?, options)
+    }
+
+    /// Checks `options` and returns the bytes of one window.
+    fn window_bytes(options: TokenOptions) -> Result<usize, ConfigError> {
         let TokenOptions {
             seq_len,
             dtype,
@@ -88,8 +101,7 @@ impl TokenSource {
             return Err(ConfigError::new(
                 "seq_len",
                 "0 tokens per sequence; pass at least 1 (a sample holds seq_len + 1 tokens)",
-            )
-            .into());
+            ));
         }
         if !matches!(dtype, DType::U16 | DType::U32) {
             return Err(ConfigError::new(
@@ -98,11 +110,10 @@ impl TokenSource {
                     "token files store uint16 or uint32 ids, not {dtype}; pass the type the \
                      file was written with"
                 ),
-            )
-            .into());
+            ));
         }
         check_cast(dtype, out_dtype).map_err(|e| ConfigError::new("out_dtype", e.reason))?;
-        let window_bytes = seq_len
+        seq_len
             .checked_add(1)
             .and_then(|n| n.checked_mul(dtype.size()))
             .ok_or_else(|| {
@@ -110,16 +121,20 @@ impl TokenSource {
                     "seq_len",
                     format!("{seq_len} tokens per sequence do not fit in memory"),
                 )
-            })?;
-        if paths.is_empty() {
-            return Err(
-                ConfigError::new("paths", "no token files given; pass at least one").into(),
-            );
-        }
+            })
+    }
 
-        let mut files = Vec::with_capacity(paths.len());
-        let mut shards = Vec::with_capacity(paths.len());
-        for (name, file) in crate::open_whole(paths, true)? {
+    /// A source over token files already in memory: `(name, bytes)` per shard, in order
+    /// (what [`TokenSource::open`] maps or downloads). The same checks and errors as `open`.
+    pub fn from_bytes(
+        shards: Vec<(String, Bytes)>,
+        options: TokenOptions,
+    ) -> Result<TokenSource, Error> {
+        let window_bytes = Self::window_bytes(options)?;
+        let dtype = options.dtype;
+        let mut files = Vec::with_capacity(shards.len());
+        let mut infos = Vec::with_capacity(shards.len());
+        for (name, file) in shards {
             let len = file.len();
             if !len.is_multiple_of(dtype.size()) {
                 return Err(Error::corrupt(
@@ -133,15 +148,15 @@ impl TokenSource {
                     ),
                 ));
             }
-            shards.push(ShardInfo {
+            infos.push(ShardInfo {
                 path: name,
                 samples: (len / window_bytes) as u64,
                 bytes: len as u64,
             });
             files.push(file);
         }
-        let manifest = Manifest::new("tokens", shards)
-            .with_param("seq_len", seq_len)
+        let manifest = Manifest::new(Format::Tokens.name(), infos)
+            .with_param("seq_len", options.seq_len)
             .with_param("dtype", dtype.name());
         Ok(TokenSource {
             files,
@@ -220,16 +235,14 @@ impl Source for TokenSource {
 
 /// Writes a token file that [`TokenSource`] reads: ids as little-endian `uint16` or `uint32`.
 ///
-/// Tokens go to `<path>.tmp`, which [`TokenWriter::finish`] flushes, syncs and renames to
+/// Tokens go to `<path>.tmp` (an [`AtomicFile`]), which [`TokenWriter::finish`] flushes,
+/// syncs and renames to
 /// `path`, so an interrupted write never leaves a file at `path` that looks complete (and a
 /// reader with the old `path` mapped keeps its old bytes). Dropping the writer without
 /// `finish` deletes the temporary file.
 #[derive(Debug)]
 pub struct TokenWriter {
-    path: PathBuf,
-    tmp: PathBuf,
-    /// `None` once finished.
-    out: Option<BufWriter<File>>,
+    out: AtomicFile,
     dtype: DType,
     written: u64,
     /// Encoded tokens, reused between calls.
@@ -253,15 +266,8 @@ impl TokenWriter {
             )
             .into());
         }
-        let path = path.as_ref().to_path_buf();
-        let mut tmp = path.clone().into_os_string();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        let file = File::create(&tmp).map_err(|e| Error::io(tmp.display().to_string(), e))?;
         Ok(TokenWriter {
-            path,
-            tmp,
-            out: Some(BufWriter::with_capacity(1 << 20, file)),
+            out: AtomicFile::create(path)?,
             dtype,
             written: 0,
             scratch: Vec::new(),
@@ -299,9 +305,6 @@ impl TokenWriter {
             )
             .into());
         }
-        let Some(out) = self.out.as_mut() else {
-            unreachable!("finish consumes the writer")
-        };
         for chunk in ids.chunks(ENCODE_CHUNK) {
             self.scratch.clear();
             match self.dtype {
@@ -312,8 +315,9 @@ impl TokenWriter {
                     .scratch
                     .extend(chunk.iter().flat_map(|&id| id.to_le_bytes())),
             }
-            out.write_all(&self.scratch)
-                .map_err(|e| Error::io(self.tmp.display().to_string(), e))?;
+            self.out
+                .write_all(&self.scratch)
+                .map_err(|e| self.out.error(e))?;
         }
         self.written += ids.len() as u64;
         Ok(())
@@ -321,35 +325,74 @@ impl TokenWriter {
 
     /// Flushes and syncs the tokens, renames the temporary file to the final path and
     /// returns the number of tokens written. Fails with [`Error::Io`] naming the file.
-    pub fn finish(mut self) -> Result<u64, Error> {
-        let tmp_error = |e| Error::io(self.tmp.display().to_string(), e);
-        let out = self.out.take().expect("finish runs once");
-        let file = out.into_inner().map_err(|e| tmp_error(e.into_error()))?;
-        // Without the sync a crash soon after the rename can leave a complete-looking name
-        // over missing data on some file systems.
-        file.sync_all().map_err(tmp_error)?;
-        drop(file);
-        if let Err(e) = std::fs::rename(&self.tmp, &self.path) {
-            let _ = std::fs::remove_file(&self.tmp);
-            return Err(Error::io(self.path.display().to_string(), e));
-        }
+    pub fn finish(self) -> Result<u64, Error> {
+        self.out.finish()?;
         Ok(self.written)
-    }
-}
-
-impl Drop for TokenWriter {
-    fn drop(&mut self) {
-        if let Some(out) = self.out.take() {
-            // Not finished: the partial file must not stay behind.
-            drop(out);
-            let _ = std::fs::remove_file(&self.tmp);
-        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::{ReaderUnderTest, check_reader};
+
+    /// Token files through the reader conformance suite: windows of 4 `uint16` tokens.
+    struct Tokens;
+
+    impl Tokens {
+        const OPTIONS: TokenOptions = TokenOptions {
+            seq_len: 3,
+            dtype: DType::U16,
+            out_dtype: DType::U16,
+        };
+
+        fn open(shard: &[u8], origin: &str) -> Result<TokenSource, Error> {
+            let shards = vec![(origin.to_string(), Bytes::copy_from_slice(shard))];
+            TokenSource::from_bytes(shards, Self::OPTIONS)
+        }
+    }
+
+    impl ReaderUnderTest for Tokens {
+        fn name(&self) -> &str {
+            "tokens"
+        }
+
+        fn write(&self, samples: &[Sample]) -> Result<Vec<u8>, Error> {
+            let mut out = Vec::new();
+            for s in samples {
+                let Some(Field::Array(a)) = s.get(TOKENS_FIELD) else {
+                    return Err(ConfigError::new("sample", "no tokens array").into());
+                };
+                out.extend_from_slice(&a.data);
+            }
+            Ok(out)
+        }
+
+        fn read_all(&self, shard: &[u8], origin: &str) -> Result<Vec<Sample>, Error> {
+            let source = Self::open(shard, origin)?;
+            (0..source.manifest().total_samples())
+                .map(|id| source.read(id))
+                .collect()
+        }
+
+        fn read_at(&self, shard: &[u8], origin: &str, i: usize) -> Result<Sample, Error> {
+            Self::open(shard, origin)?.read(i as u64)
+        }
+    }
+
+    #[test]
+    fn passes_check_reader() {
+        let samples: Vec<Sample> = (0..5u16)
+            .map(|i| {
+                let ids: Vec<u8> = (0..4u16).flat_map(|k| (i * 10 + k).to_le_bytes()).collect();
+                Sample::new(u64::from(i)).with(
+                    TOKENS_FIELD,
+                    Field::Array(Array::new(DType::U16, vec![4], Bytes::from(ids))),
+                )
+            })
+            .collect();
+        check_reader(&Tokens, &samples).unwrap();
+    }
 
     fn write(path: &Path, dtype: DType, ids: &[u32]) {
         let mut w = TokenWriter::create(path, dtype).unwrap();
@@ -484,6 +527,7 @@ mod tests {
             uri,
             offset,
             reason,
+            ..
         } = &e
         else {
             panic!("expected a corrupt error, got {e}")
@@ -569,7 +613,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("huge.bin");
-        let file = File::create(&path).unwrap();
+        let file = std::fs::File::create(&path).unwrap();
         const LEN: u64 = 64 << 30;
         if let Err(e) = file.set_len(LEN) {
             eprintln!("skipping: cannot make a sparse 64 GiB file here: {e}");

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use chute_core::Error;
 
-use crate::MappedFile;
+use crate::{AtomicFile, MappedFile};
 
 /// Suffix of entries being written.
 const PART: &str = ".part";
@@ -92,35 +92,33 @@ impl DiskCache {
         Some(file)
     }
 
-    /// Stores `bytes` as entry `key`: written to a temporary name, synced, renamed into place;
-    /// then evicts least recently used entries until the cache fits its limit. An entry larger
-    /// than the limit is not stored.
+    /// Stores `bytes` as entry `key`: written to a temporary name ([`AtomicFile`]), synced,
+    /// renamed into place; then evicts least recently used entries until the cache fits its
+    /// limit. An entry larger than the limit is not stored.
     pub fn put(&self, key: &str, bytes: &[u8]) -> Result<(), Error> {
         if bytes.len() as u64 > self.limit {
             return Ok(());
         }
         let path = self.dir.join(key);
-        let tmp = self.dir.join(format!(
+        // A name of this process's own: another process may be storing the same entry.
+        let temp = self.dir.join(format!(
             "{key}.{}.{:08x}{PART}",
             std::process::id(),
             fastrand::u32(..)
         ));
-        let err = |e: io::Error| {
-            Error::io(
-                tmp.display().to_string(),
-                io::Error::new(e.kind(), format!("writing a cache entry: {e}")),
-            )
+        let write = || -> Result<(), Error> {
+            let mut file = AtomicFile::create_with_temp(&path, &temp)?;
+            file.write_all(bytes).map_err(|e| file.error(e))?;
+            file.finish()?;
+            Ok(())
         };
-        let write = || -> io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            fs::rename(&tmp, &path)
-        };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
-            return Err(err(e));
-        }
+        write().map_err(|e| match e {
+            Error::Io { path, source } => Error::io(
+                path,
+                io::Error::new(source.kind(), format!("writing a cache entry: {source}")),
+            ),
+            e => e,
+        })?;
         self.evict(key);
         Ok(())
     }

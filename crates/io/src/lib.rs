@@ -14,6 +14,8 @@
 //! - [`MappedFile`]: a read-only memory map of a local file, with zero-copy [`bytes::Bytes`]
 //!   views that keep the map alive, and `madvise` hints for random or sequential reading.
 //! - [`LocalFile`]: positioned reads (`pread`) without a shared cursor.
+//! - [`AtomicFile`], [`write_atomically`]: files written under a temporary name, synced and
+//!   renamed into place when complete, so that no reader sees half a file.
 //!
 //! Remote storage is the cargo feature `remote` (on by default): `object_store` with reqwest
 //! and rustls (no OpenSSL), one small tokio runtime per process for network I/O only.
@@ -41,6 +43,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod atomic;
 mod cache;
 mod local;
 mod location;
@@ -50,6 +53,7 @@ mod remote;
 mod shards;
 mod stats;
 
+pub use atomic::{AtomicFile, TEMP_SUFFIX, write_atomically};
 pub use cache::DiskCache;
 pub use local::{LocalFile, MappedFile};
 pub use location::{Location, SCHEMES};

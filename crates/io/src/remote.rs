@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use chute_core::Error;
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
 use object_store::client::{ClientConfigKey, HttpError};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
@@ -222,6 +222,7 @@ pub(crate) struct Meta {
 }
 
 /// Why one attempt failed.
+#[derive(Debug)]
 struct Failure {
     retry: bool,
     kind: io::ErrorKind,
@@ -410,16 +411,15 @@ pub(crate) async fn fetch_range(
     opts: &RemoteOptions,
     stats: &IoStats,
 ) -> Result<Bytes, Error> {
-    let want = range.end.saturating_sub(range.start);
-    if want == 0 {
+    if range.is_empty() {
         return Ok(Bytes::new());
     }
-    let mut buf = BytesMut::with_capacity(usize::try_from(want).unwrap_or(0));
+    let mut received = Received::new(range.clone());
     let mut etag = etag;
     let mut r = Retrier::new(&obj.url, "GET", opts, stats);
     loop {
         r.attempt();
-        let from = range.start + buf.len() as u64;
+        let from = received.next_byte();
         let get = GetOptions {
             range: (!(whole && from == 0)).then_some(GetRange::Bounded(from..range.end)),
             if_match: etag.clone(),
@@ -430,46 +430,95 @@ pub(crate) async fn fetch_range(
                 Err(_) => Failure::timeout("response", opts.timeout),
                 Ok(Err(e)) => Failure::from_store(&e),
                 Ok(Ok(res)) => {
+                    // Resumptions ask for the version this response served.
                     if etag.is_none() {
                         etag = res.meta.e_tag.clone();
                     }
-                    let mut stream = res.into_stream();
-                    loop {
-                        match tokio::time::timeout(opts.timeout, stream.next()).await {
-                            Err(_) => break Failure::timeout("body bytes", opts.timeout),
-                            Ok(Some(Ok(chunk))) => {
-                                stats.add(Counter::Bytes, chunk.len() as u64);
-                                if chunk.len() as u64 > want - buf.len() as u64 {
-                                    break Failure {
-                                        retry: false,
-                                        kind: io::ErrorKind::InvalidData,
-                                        cause: format!(
-                                            "the server sent more than the {want} bytes expected: \
-                                             the object changed since it was opened; open it again"
-                                        ),
-                                    };
-                                }
-                                buf.extend_from_slice(&chunk);
-                            }
-                            Ok(Some(Err(e))) => break Failure::from_store(&e),
-                            Ok(None) if buf.len() as u64 == want => return Ok(buf.freeze()),
-                            Ok(None) => {
-                                break Failure {
-                                    retry: true,
-                                    kind: io::ErrorKind::UnexpectedEof,
-                                    cause: format!(
-                                        "the body ended at byte {} of {}..{}",
-                                        range.start + buf.len() as u64,
-                                        range.start,
-                                        range.end
-                                    ),
-                                };
-                            }
-                        }
+                    match received.read(res.into_stream(), opts.timeout, stats).await {
+                        Ok(()) => return Ok(received.into_bytes()),
+                        Err(failure) => failure,
                     }
                 }
             };
         r.failed(failure).await?;
+    }
+}
+
+/// The bytes of one range received so far, over every attempt: a resumed request asks for
+/// the rest, from [`Received::next_byte`].
+struct Received {
+    range: Range<u64>,
+    buf: BytesMut,
+}
+
+impl Received {
+    fn new(range: Range<u64>) -> Received {
+        let want = range.end.saturating_sub(range.start);
+        Received {
+            range,
+            buf: BytesMut::with_capacity(usize::try_from(want).unwrap_or(0)),
+        }
+    }
+
+    /// Bytes in the whole range.
+    fn want(&self) -> u64 {
+        self.range.end.saturating_sub(self.range.start)
+    }
+
+    /// The first byte of the range not received yet.
+    fn next_byte(&self) -> u64 {
+        self.range.start + self.buf.len() as u64
+    }
+
+    /// Adds a response's body, waiting at most `timeout` for each chunk: `Ok` once the
+    /// range is complete, or why the body broke off (the bytes received before stay).
+    async fn read<S>(
+        &mut self,
+        mut body: S,
+        timeout: Duration,
+        stats: &IoStats,
+    ) -> Result<(), Failure>
+    where
+        S: Stream<Item = Result<Bytes, object_store::Error>> + Unpin,
+    {
+        let want = self.want();
+        loop {
+            match tokio::time::timeout(timeout, body.next()).await {
+                Err(_) => return Err(Failure::timeout("body bytes", timeout)),
+                Ok(Some(Ok(chunk))) => {
+                    stats.add(Counter::Bytes, chunk.len() as u64);
+                    if chunk.len() as u64 > want - self.buf.len() as u64 {
+                        return Err(Failure {
+                            retry: false,
+                            kind: io::ErrorKind::InvalidData,
+                            cause: format!(
+                                "the server sent more than the {want} bytes expected: the \
+                                 object changed since it was opened; open it again"
+                            ),
+                        });
+                    }
+                    self.buf.extend_from_slice(&chunk);
+                }
+                Ok(Some(Err(e))) => return Err(Failure::from_store(&e)),
+                Ok(None) if self.buf.len() as u64 == want => return Ok(()),
+                Ok(None) => {
+                    return Err(Failure {
+                        retry: true,
+                        kind: io::ErrorKind::UnexpectedEof,
+                        cause: format!(
+                            "the body ended at byte {} of {}..{}",
+                            self.next_byte(),
+                            self.range.start,
+                            self.range.end
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    fn into_bytes(self) -> Bytes {
+        self.buf.freeze()
     }
 }
 
@@ -531,6 +580,92 @@ mod tests {
             last_max = full;
         }
         assert_eq!(last_max, opts.backoff_max);
+    }
+
+    /// Reads a body of `chunks` (that then, with `stall`, never ends) into `received`, waiting
+    /// 50 ms a chunk; returns `received` and the outcome.
+    fn read(
+        mut received: Received,
+        chunks: Vec<Result<Bytes, object_store::Error>>,
+        stall: bool,
+        stats: &Arc<IoStats>,
+    ) -> (Received, Result<(), Failure>) {
+        let stats = Arc::clone(stats);
+        block_on(async move {
+            let body = futures_util::stream::iter(chunks);
+            let timeout = Duration::from_millis(50);
+            let result = if stall {
+                let body = body.chain(futures_util::stream::pending());
+                received.read(body, timeout, &stats).await
+            } else {
+                received.read(body, timeout, &stats).await
+            };
+            (received, result)
+        })
+        .unwrap()
+    }
+
+    fn chunks(parts: &[&'static [u8]]) -> Vec<Result<Bytes, object_store::Error>> {
+        parts.iter().map(|p| Ok(Bytes::from_static(p))).collect()
+    }
+
+    #[test]
+    fn a_body_that_ends_short_resumes_from_the_byte_reached() {
+        let stats = Arc::new(IoStats::default());
+        let received = Received::new(100..110);
+        assert_eq!(received.next_byte(), 100);
+        let (received, result) = read(received, chunks(&[b"abc", b"de"]), false, &stats);
+        let f = result.unwrap_err();
+        assert!(f.retry && f.kind == io::ErrorKind::UnexpectedEof);
+        assert_eq!(f.cause, "the body ended at byte 105 of 100..110");
+        // The next request asks from byte 105; its body completes the range.
+        assert_eq!(received.next_byte(), 105);
+        let (received, result) = read(received, chunks(&[b"fghij"]), false, &stats);
+        result.unwrap();
+        assert_eq!(received.into_bytes(), &b"abcdefghij"[..]);
+        assert_eq!(stats.snapshot().bytes_fetched, 10);
+    }
+
+    #[test]
+    fn a_stalled_body_times_out_and_keeps_what_came() {
+        let stats = Arc::new(IoStats::default());
+        let (received, result) = read(Received::new(0..4), chunks(&[b"ab"]), true, &stats);
+        let f = result.unwrap_err();
+        assert!(f.retry && f.kind == io::ErrorKind::TimedOut, "{}", f.cause);
+        assert!(f.cause.contains("no body bytes within 50ms"), "{}", f.cause);
+        assert_eq!(received.next_byte(), 2);
+    }
+
+    #[test]
+    fn more_bytes_than_the_range_is_a_changed_object() {
+        let stats = Arc::new(IoStats::default());
+        let (_, result) = read(Received::new(0..4), chunks(&[b"abc", b"de"]), false, &stats);
+        let f = result.unwrap_err();
+        assert!(!f.retry && f.kind == io::ErrorKind::InvalidData);
+        assert!(
+            f.cause.contains("more than the 4 bytes expected"),
+            "{}",
+            f.cause
+        );
+    }
+
+    #[test]
+    fn a_body_error_is_classified_like_a_store_error() {
+        let stats = Arc::new(IoStats::default());
+        let broken = object_store::Error::Generic {
+            store: "test",
+            source: "the socket closed".into(),
+        };
+        let body = vec![Ok(Bytes::from_static(b"a")), Err(broken)];
+        let (received, result) = read(Received::new(0..4), body, false, &stats);
+        let f = result.unwrap_err();
+        // No transport error or retryable status in it: not retried.
+        assert!(
+            !f.retry && f.cause.contains("the socket closed"),
+            "{}",
+            f.cause
+        );
+        assert_eq!(received.next_byte(), 1);
     }
 
     #[test]

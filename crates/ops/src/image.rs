@@ -11,6 +11,8 @@ use chute_core::SampleRng;
 use fast_image_resize::images::{Image as FirImage, ImageRef};
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 
+use crate::OpError;
+
 /// Decoded pixels: `height` rows of `width` pixels of `channels` bytes each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Image {
@@ -67,6 +69,15 @@ pub enum ImageFormat {
     Png,
 }
 
+impl std::fmt::Display for ImageFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ImageFormat::Jpeg => "JPEG",
+            ImageFormat::Png => "PNG",
+        })
+    }
+}
+
 /// The format of `data` from its first bytes, if it is one chute decodes.
 pub fn sniff(data: &[u8]) -> Option<ImageFormat> {
     if data.starts_with(&[0xFF, 0xD8, 0xFF]) {
@@ -78,35 +89,28 @@ pub fn sniff(data: &[u8]) -> Option<ImageFormat> {
     }
 }
 
-fn describe_start(data: &[u8]) -> String {
-    let head: Vec<String> = data.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{} bytes starting {}",
-        data.len(),
-        if head.is_empty() {
-            "with nothing".to_string()
-        } else {
-            head.join(" ")
-        }
-    )
+/// A PNG decoder's error, by what went wrong.
+fn png_error(e: png::DecodingError) -> OpError {
+    let format = ImageFormat::Png;
+    let reason = e.to_string();
+    match e {
+        png::DecodingError::LimitsExceeded => OpError::ImageTooLarge { format, reason },
+        png::DecodingError::Parameter(_) => OpError::wrong_input("decode", reason),
+        _ => OpError::CorruptImage { format, reason },
+    }
 }
 
 /// `(height, width)` of an encoded image, from its header alone.
-pub fn image_size(data: &[u8]) -> Result<(usize, usize), String> {
+pub fn image_size(data: &[u8]) -> Result<(usize, usize), OpError> {
     match sniff(data) {
         Some(ImageFormat::Jpeg) => crate::jpeg::size(data),
         Some(ImageFormat::Png) => {
             let decoder = png::Decoder::new(std::io::Cursor::new(data));
-            let reader = decoder
-                .read_info()
-                .map_err(|e| format!("not a readable PNG: {e}"))?;
+            let reader = decoder.read_info().map_err(png_error)?;
             let info = reader.info();
             Ok((info.height as usize, info.width as usize))
         }
-        None => Err(format!(
-            "not a JPEG or PNG image ({})",
-            describe_start(data)
-        )),
+        None => Err(OpError::not_an_image(data)),
     }
 }
 
@@ -119,31 +123,27 @@ pub fn decode(
     data: &[u8],
     mode: ColorMode,
     min_size: Option<(usize, usize)>,
-) -> Result<Image, String> {
+) -> Result<Image, OpError> {
     match sniff(data) {
         Some(ImageFormat::Jpeg) => crate::jpeg::decode(data, mode, min_size),
         Some(ImageFormat::Png) => decode_png(data, mode),
-        None => Err(format!(
-            "not a JPEG or PNG image ({})",
-            describe_start(data)
-        )),
+        None => Err(OpError::not_an_image(data)),
     }
 }
 
-fn decode_png(data: &[u8], mode: ColorMode) -> Result<Image, String> {
+fn decode_png(data: &[u8], mode: ColorMode) -> Result<Image, OpError> {
     let mut decoder = png::Decoder::new(std::io::Cursor::new(data));
     // 8 bits per channel, palettes expanded: what PIL's convert gives.
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
-    let mut reader = decoder
-        .read_info()
-        .map_err(|e| format!("not a readable PNG: {e}"))?;
+    let mut reader = decoder.read_info().map_err(png_error)?;
     let size = reader
         .output_buffer_size()
-        .ok_or("the PNG's dimensions overflow memory")?;
+        .ok_or_else(|| OpError::ImageTooLarge {
+            format: ImageFormat::Png,
+            reason: "its dimensions overflow memory".into(),
+        })?;
     let mut buf = vec![0u8; size];
-    let frame = reader
-        .next_frame(&mut buf)
-        .map_err(|e| format!("corrupt or truncated PNG: {e}"))?;
+    let frame = reader.next_frame(&mut buf).map_err(png_error)?;
     buf.truncate(frame.buffer_size());
     let (h, w) = (frame.height as usize, frame.width as usize);
     let src_channels = frame.color_type.samples();
@@ -238,7 +238,12 @@ impl Image {
 
     /// The pixels of `crop` (the whole image if `None`) resized to `height` x `width`, with
     /// antialiased bilinear filtering.
-    pub fn resize(&self, crop: Option<Rect>, height: usize, width: usize) -> Result<Image, String> {
+    pub fn resize(
+        &self,
+        crop: Option<Rect>,
+        height: usize,
+        width: usize,
+    ) -> Result<Image, OpError> {
         let mut data = vec![0; height * width * self.channels];
         self.resize_into(crop, height, width, &mut data)?;
         Ok(Image {
@@ -257,7 +262,7 @@ impl Image {
         height: usize,
         width: usize,
         dst: &mut [u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), OpError> {
         let crop = crop.unwrap_or(Rect {
             top: 0,
             left: 0,
@@ -291,7 +296,7 @@ impl Image {
 
     /// The region `[top, left, height, width]` (in pixels, fractions allowed) resized to
     /// `height` x `width`, with antialiased bilinear filtering.
-    pub fn resize_f(&self, crop: [f64; 4], height: usize, width: usize) -> Result<Image, String> {
+    pub fn resize_f(&self, crop: [f64; 4], height: usize, width: usize) -> Result<Image, OpError> {
         let mut data = vec![0; height * width * self.channels];
         self.resize_f_into(crop, height, width, &mut data)?;
         Ok(Image {
@@ -309,11 +314,12 @@ impl Image {
         height: usize,
         width: usize,
         dst: &mut [u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), OpError> {
         let [top, left, ch, cw] = crop;
         if height == 0 || width == 0 || !(ch > 0.0 && cw > 0.0) {
-            return Err(format!(
-                "cannot resize a {ch}x{cw} region to {height}x{width}"
+            return Err(OpError::wrong_input(
+                "resize",
+                format!("a {ch}x{cw} region cannot be resized to {height}x{width}"),
             ));
         }
         let pixel = match self.channels {
@@ -321,18 +327,23 @@ impl Image {
             2 => PixelType::U8x2,
             3 => PixelType::U8x3,
             4 => PixelType::U8x4,
-            c => return Err(format!("cannot resize an image of {c} channels")),
+            c => {
+                return Err(OpError::wrong_input(
+                    "resize",
+                    format!("an image of {c} channels (1 to 4 are supported)"),
+                ));
+            }
         };
         let src = ImageRef::new(self.width as u32, self.height as u32, &self.data, pixel)
-            .map_err(|e| format!("resize: {e}"))?;
+            .map_err(|e| OpError::wrong_input("resize", e.to_string()))?;
         let mut out = FirImage::from_slice_u8(width as u32, height as u32, dst, pixel)
-            .map_err(|e| format!("resize: {e}"))?;
+            .map_err(|e| OpError::wrong_input("resize", e.to_string()))?;
         let options = ResizeOptions::new()
             .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
             .crop(left, top, cw, ch);
         RESIZER
             .with(|r| r.borrow_mut().resize(&src, &mut out, &options))
-            .map_err(|e| format!("resize: {e}"))
+            .map_err(|e| OpError::wrong_input("resize", e.to_string()))
     }
 }
 
@@ -531,11 +542,22 @@ mod tests {
     #[test]
     fn bad_bytes_are_named() {
         let e = decode(b"GIF89a....", ColorMode::Rgb, None).unwrap_err();
+        assert!(matches!(e, OpError::NotAnImage { len: 10, .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("not a JPEG or PNG") && e.contains("47 49 46"),
             "{e}"
         );
         let e = decode(&[0xFF, 0xD8, 0xFF, 0xE0, 0, 16], ColorMode::Rgb, None).unwrap_err();
-        assert!(!e.is_empty());
+        assert!(
+            matches!(
+                e,
+                OpError::CorruptImage {
+                    format: ImageFormat::Jpeg,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 }

@@ -7,8 +7,10 @@ use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
 use zune_jpeg::JpegDecoder;
+use zune_jpeg::errors::DecodeErrors;
 
-use crate::image::{ColorMode, Image, Rect};
+use crate::OpError;
+use crate::image::{ColorMode, Image, ImageFormat, Rect};
 
 fn options(mode: ColorMode) -> DecoderOptions {
     DecoderOptions::default().jpeg_set_out_colorspace(match mode {
@@ -17,14 +19,26 @@ fn options(mode: ColorMode) -> DecoderOptions {
     })
 }
 
+/// zune-jpeg's error, by what went wrong.
+fn zune_error(e: DecodeErrors) -> OpError {
+    let format = ImageFormat::Jpeg;
+    let reason = e.to_string();
+    match e {
+        DecodeErrors::Unsupported(_) => OpError::UnsupportedImage { format, reason },
+        DecodeErrors::LargeDimensions(_) => OpError::ImageTooLarge { format, reason },
+        _ => OpError::CorruptImage { format, reason },
+    }
+}
+
+fn no_frame_header() -> OpError {
+    OpError::corrupt(ImageFormat::Jpeg, "no frame header")
+}
+
 /// `(height, width)` from the JPEG's frame header.
-pub(crate) fn size(data: &[u8]) -> Result<(usize, usize), String> {
+pub(crate) fn size(data: &[u8]) -> Result<(usize, usize), OpError> {
     let mut d = JpegDecoder::new_with_options(ZCursor::new(data), options(ColorMode::Rgb));
-    d.decode_headers()
-        .map_err(|e| format!("not a readable JPEG: {e}"))?;
-    let (w, h) = d
-        .dimensions()
-        .ok_or("not a readable JPEG: no frame header")?;
+    d.decode_headers().map_err(zune_error)?;
+    let (w, h) = d.dimensions().ok_or_else(no_frame_header)?;
     Ok((h, w))
 }
 
@@ -41,14 +55,16 @@ pub(crate) fn is_complete(data: &[u8]) -> bool {
 }
 
 /// Refuses a JPEG cut short, as PIL does (decoders would fill in grey).
-fn check_complete(data: &[u8]) -> Result<(), String> {
+fn check_complete(data: &[u8]) -> Result<(), OpError> {
     if is_complete(data) {
         return Ok(());
     }
-    Err(format!(
-        "truncated JPEG: no end-of-image marker after the last scan ({} bytes; the file was \
-         cut short)",
-        data.len()
+    Err(OpError::corrupt(
+        ImageFormat::Jpeg,
+        format!(
+            "no end-of-image marker after the last scan ({} bytes; the file was cut short)",
+            data.len()
+        ),
     ))
 }
 
@@ -68,7 +84,7 @@ pub(crate) fn decode(
     data: &[u8],
     mode: ColorMode,
     min_size: Option<(usize, usize)>,
-) -> Result<Image, String> {
+) -> Result<Image, OpError> {
     check_complete(data)?;
     #[cfg(feature = "libjpeg")]
     if crate::libjpeg::handles(data) {
@@ -96,7 +112,7 @@ pub(crate) fn decode_crop(
     (h, w): (usize, usize),
     crop: Rect,
     out: (usize, usize),
-) -> Result<Option<(Image, [f64; 4])>, String> {
+) -> Result<Option<(Image, [f64; 4])>, OpError> {
     #[cfg(feature = "libjpeg")]
     {
         check_complete(data)?;
@@ -138,19 +154,15 @@ pub(crate) fn decode_crop(
 }
 
 /// Full-size decode with zune-jpeg.
-fn decode_zune(data: &[u8], mode: ColorMode) -> Result<Image, String> {
+fn decode_zune(data: &[u8], mode: ColorMode) -> Result<Image, OpError> {
     let mut d = JpegDecoder::new_with_options(ZCursor::new(data), options(mode));
-    let pixels = d
-        .decode()
-        .map_err(|e| format!("corrupt or truncated JPEG: {e}"))?;
-    let (w, h) = d
-        .dimensions()
-        .ok_or("not a readable JPEG: no frame header")?;
+    let pixels = d.decode().map_err(zune_error)?;
+    let (w, h) = d.dimensions().ok_or_else(no_frame_header)?;
     let channels = mode.channels();
     if pixels.len() != w * h * channels {
-        return Err(format!(
-            "the JPEG decoded to {} bytes for {w}x{h}x{channels}",
-            pixels.len()
+        return Err(OpError::corrupt(
+            ImageFormat::Jpeg,
+            format!("decoded to {} bytes for {w}x{h}x{channels}", pixels.len()),
         ));
     }
     Ok(Image {

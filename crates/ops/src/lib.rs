@@ -7,7 +7,10 @@
 //!
 //! - [`Pipeline`] ([`spec`]): ops per field declared as data (JSON), the same from Rust, the
 //!   CLI and Python: image decoding and torchvision-style augmentation ([`image`]), labels,
-//!   `.npy`, JSON and text.
+//!   `.npy`, JSON and text. The ops are checked and compiled into steps when it is built,
+//!   with the fusions decided then (region decoding, writing straight into the batch slot).
+//! - [`BadData`]: a sample's field the ops cannot use, and what was wrong with it, an
+//!   [`OpError`] (an undecodable, unsupported or too large image, a bad label, ...).
 //!
 //! ```
 //! use chute_core::{Array, BoxError, DType, Field, Sample, SampleRng};
@@ -24,12 +27,13 @@
 //! t.apply(&mut s, &mut SampleRng::for_sample(1, 0, 0)).unwrap();
 //! ```
 
+mod error;
 pub mod image;
 mod jpeg;
 #[cfg(feature = "libjpeg")]
 mod libjpeg;
 pub mod spec;
-mod transform;
 
-pub use spec::{BadData, FieldOps, Op, Pipeline};
-pub use transform::{Cast, Compose, Rename, Select, Slot, Transform};
+pub use chute_core::{Cast, Compose, Rename, Select, Slot, Transform};
+pub use error::{BadData, OpError};
+pub use spec::{FieldOps, Op, Pipeline};

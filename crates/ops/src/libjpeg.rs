@@ -19,7 +19,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use mozjpeg_sys as ffi;
 
-use crate::image::{ColorMode, Image, Rect};
+use crate::OpError;
+use crate::image::{ColorMode, Image, ImageFormat, Rect};
 
 /// A decoded region: `image` starts at `(top, left)` of the scaled picture (the left edge is
 /// moved left to an iMCU column boundary, as libjpeg requires).
@@ -30,8 +31,34 @@ pub(crate) struct Decoded {
     pub(crate) left: usize,
 }
 
-/// The panic payload of a libjpeg error: the library's own message.
-struct LibjpegError(String);
+/// The panic payload of a libjpeg error: the library's message code and its text.
+struct LibjpegError {
+    code: c_int,
+    message: String,
+}
+
+impl LibjpegError {
+    /// The error by what went wrong, told by libjpeg's message code (`jerror.h`).
+    fn into_op_error(self) -> OpError {
+        let format = ImageFormat::Jpeg;
+        let reason = self.message;
+        let code: ffi::J_MESSAGE_CODE = self.code;
+        match code {
+            ffi::JERR_ARITH_NOTIMPL
+            | ffi::JERR_BAD_PRECISION
+            | ffi::JERR_CCIR601_NOTIMPL
+            | ffi::JERR_CONVERSION_NOTIMPL
+            | ffi::JERR_FRACT_SAMPLE_NOTIMPL
+            | ffi::JERR_NOTIMPL
+            | ffi::JERR_NOT_COMPILED
+            | ffi::JERR_SOF_UNSUPPORTED => OpError::UnsupportedImage { format, reason },
+            ffi::JERR_IMAGE_TOO_BIG | ffi::JERR_WIDTH_OVERFLOW => {
+                OpError::ImageTooLarge { format, reason }
+            }
+            _ => OpError::CorruptImage { format, reason },
+        }
+    }
+}
 
 /// Whether the library was built with its SIMD kernels (it was built with `nasm` available):
 /// without them zune-jpeg decodes full-size images faster, so it keeps that job.
@@ -75,13 +102,13 @@ pub(crate) fn decode(
     mode: ColorMode,
     denom: u32,
     region: Option<Rect>,
-) -> Result<Decoded, String> {
+) -> Result<Decoded, OpError> {
     match catch_unwind(AssertUnwindSafe(|| {
         decode_unwinding(data, mode, denom, region)
     })) {
         Ok(result) => result,
         Err(payload) => match payload.downcast::<LibjpegError>() {
-            Ok(e) => Err(format!("corrupt or unsupported JPEG: {}", e.0)),
+            Ok(e) => Err(e.into_op_error()),
             Err(other) => resume_unwind(other),
         },
     }
@@ -126,10 +153,11 @@ fn decode_unwinding(
     mode: ColorMode,
     denom: u32,
     region: Option<Rect>,
-) -> Result<Decoded, String> {
+) -> Result<Decoded, OpError> {
     if !matches!(denom, 1 | 2 | 4 | 8) {
-        return Err(format!(
-            "JPEG scaling 1/{denom} is not one of 1, 1/2, 1/4, 1/8"
+        return Err(OpError::wrong_input(
+            "decode",
+            format!("JPEG scaling 1/{denom} is not one of 1, 1/2, 1/4, 1/8"),
         ));
     }
     let mut d = Decompressor::new();
@@ -157,9 +185,12 @@ fn decode_unwinding(
             width: full_w,
         });
         if r.height == 0 || r.width == 0 || r.top + r.height > full_h || r.left + r.width > full_w {
-            return Err(format!(
-                "region {}x{} at ({}, {}) is outside the {full_h}x{full_w} picture",
-                r.height, r.width, r.top, r.left
+            return Err(OpError::wrong_input(
+                "decode",
+                format!(
+                    "region {}x{} at ({}, {}) is outside the {full_h}x{full_w} JPEG",
+                    r.height, r.width, r.top, r.left
+                ),
             ));
         }
         let (mut left, mut width) = (r.left as ffi::JDIMENSION, r.width as ffi::JDIMENSION);
@@ -169,7 +200,10 @@ fn decode_unwinding(
         if r.top > 0 {
             let skipped = ffi::jpeg_skip_scanlines(cinfo, r.top as ffi::JDIMENSION);
             if skipped as usize != r.top {
-                return Err(format!("could skip only {skipped} of {} rows", r.top));
+                return Err(OpError::corrupt(
+                    ImageFormat::Jpeg,
+                    format!("could skip only {skipped} of {} rows", r.top),
+                ));
             }
         }
         let channels = mode.channels();
@@ -188,7 +222,10 @@ fn decode_unwinding(
                 (rows - done) as ffi::JDIMENSION,
             ) as usize;
             if n == 0 {
-                return Err(format!("the data ended after {} of {rows} rows", done));
+                return Err(OpError::corrupt(
+                    ImageFormat::Jpeg,
+                    format!("the data ended after {done} of {rows} rows"),
+                ));
             }
             done += n;
         }
@@ -204,6 +241,16 @@ fn decode_unwinding(
             top: r.top,
             left: left as usize,
         })
+    }
+}
+
+/// libjpeg's message code and text for the error or warning in `cinfo`.
+fn error(cinfo: &mut ffi::jpeg_common_struct) -> LibjpegError {
+    // SAFETY: `err` points at our error manager (set in `Decompressor::new`).
+    let code = unsafe { (*cinfo.err).msg_code };
+    LibjpegError {
+        code,
+        message: message(cinfo),
     }
 }
 
@@ -224,8 +271,7 @@ fn message(cinfo: &mut ffi::jpeg_common_struct) -> String {
 
 /// Fatal errors: unwind to [`decode`] (no panic hook runs, nothing is printed).
 extern "C-unwind" fn error_exit(cinfo: &mut ffi::jpeg_common_struct) {
-    let msg = message(cinfo);
-    resume_unwind(Box::new(LibjpegError(msg)));
+    resume_unwind(Box::new(error(cinfo)));
 }
 
 /// Warnings (level -1) are corrupt data that libjpeg would paper over with grey: an error here,
@@ -235,11 +281,11 @@ extern "C-unwind" fn emit_message(cinfo: &mut ffi::jpeg_common_struct, level: c_
     if level >= 0 {
         return;
     }
-    let msg = message(cinfo);
-    if msg.contains("extraneous bytes") {
+    let e = error(cinfo);
+    if e.code == ffi::JWRN_EXTRANEOUS_DATA {
         return;
     }
-    resume_unwind(Box::new(LibjpegError(msg)));
+    resume_unwind(Box::new(e));
 }
 
 #[cfg(test)]
@@ -348,10 +394,11 @@ mod tests {
             *b = 0xFF;
         }
         let e = decode(&bad, ColorMode::Rgb, 1, None).unwrap_err();
-        assert!(e.contains("corrupt"), "{e}");
+        assert!(e.to_string().contains("corrupt"), "{e}");
         // No frame header at all.
         let e = decode(&data[..20], ColorMode::Rgb, 2, None).unwrap_err();
-        assert!(e.contains("corrupt or unsupported JPEG"), "{e}");
+        assert!(matches!(e, OpError::CorruptImage { .. }), "{e:?}");
+        assert!(e.to_string().contains("corrupt or truncated JPEG"), "{e}");
         // A region outside the picture.
         let outside = Rect {
             top: 60,

@@ -42,16 +42,23 @@
 //! followed by `random_resized_crop` or `resize`, the crop is drawn from the image's header
 //! size before decoding, so the decoder may decode at a reduced size where the output is much
 //! smaller: the same crop either way.
+//!
+//! Each field's ops are compiled into steps when the pipeline is built: the fusions (`decode`
+//! with the crop or resize after it, `normalize` with `chw`, and for a field of fixed shape
+//! the op that writes straight into its batch slot) are decided once, and a sample runs
+//! through a flat list of steps, in op order.
 
 use std::str::FromStr;
 
-use bytes::Bytes;
-use chute_core::{Array, BoxError, ConfigError, DType, Field, FieldName, Sample, SampleRng};
+use chute_core::{BoxError, ConfigError, DType, Field, FieldName, Sample, SampleRng};
 
 use serde::Deserialize;
 
-use crate::image::{self, ColorMode, Image};
-use crate::{Slot, Transform};
+use crate::image::ColorMode;
+use crate::{BadData, OpError, Slot, Transform};
+
+mod step;
+use step::{Plan, Value};
 
 /// An output size: one number (square, or the shorter side for `resize`) or `[h, w]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -199,7 +206,7 @@ impl Kind {
 }
 
 /// The kind `op` gives from `input`, or why it cannot take it.
-fn step(op: &Op, input: Kind) -> Result<Kind, String> {
+fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
     let out = match (op, input) {
         (Op::Decode { .. } | Op::Label | Op::Npy | Op::Json, Kind::Bytes) => match op {
             Op::Decode { .. } => Kind::Image,
@@ -266,17 +273,8 @@ pub struct Pipeline {
     fields: Vec<FieldOps>,
     /// Batch columns written in place (see [`Transform::slots`]).
     slots: Vec<Slot>,
-    /// Per field: its slot index and the op that writes into the slot, if it has one.
-    direct: Vec<Option<Direct>>,
-}
-
-/// How a field with a fixed output shape is written into its batch slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Direct {
-    slot: usize,
-    /// The op whose output goes straight into the slot (later ops only flip it in place);
-    /// `None`: the final value is converted into the slot.
-    writer: Option<usize>,
+    /// Per field: its ops compiled into steps (see [`step`]).
+    plans: Vec<Plan>,
 }
 
 impl Pipeline {
@@ -292,7 +290,7 @@ impl Pipeline {
             }
             let mut kind = Kind::Bytes;
             for (i, op) in f.ops.iter().enumerate() {
-                kind = step(op, kind).map_err(|why| {
+                kind = output_kind(op, kind).map_err(|why| {
                     ConfigError::new("transform", format!("field {field:?}, op {}: {why}", i + 1))
                 })?;
                 check_params(op).map_err(|why| {
@@ -303,30 +301,20 @@ impl Pipeline {
                 })?;
             }
         }
-        let mut slots = Vec::new();
-        let direct = fields
-            .iter()
-            .map(|f| {
-                // Written in place only when the output's name and shape are known up front.
-                let name = f.output.clone().or_else(|| match &f.names[..] {
-                    [one] => Some(one.clone()),
-                    _ => None,
-                })?;
-                let (dtype, shape) = static_output(&f.ops)?;
-                if f.optional || slots.iter().any(|s: &Slot| s.name == name) {
-                    return None;
-                }
-                slots.push(Slot { name, dtype, shape });
-                Some(Direct {
-                    slot: slots.len() - 1,
-                    writer: writer(&f.ops),
-                })
-            })
-            .collect();
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut plans = Vec::with_capacity(fields.len());
+        for f in &fields {
+            let slot = fixed_output(f).filter(|s| !slots.iter().any(|t| t.name == s.name));
+            let at = slot.map(|s| {
+                slots.push(s);
+                slots.len() - 1
+            });
+            plans.push(Plan::new(&f.ops, at.map(|at| (at, &slots[at]))));
+        }
         Ok(Pipeline {
             fields,
             slots,
-            direct,
+            plans,
         })
     }
 
@@ -385,6 +373,17 @@ impl FromStr for Pipeline {
     }
 }
 
+/// The batch column a field always gives, if its name and shape are known up front: a field
+/// that is not optional, with one name (or an output name), and a shape fixed by its ops.
+fn fixed_output(f: &FieldOps) -> Option<Slot> {
+    let name = f.output.clone().or_else(|| match &f.names[..] {
+        [one] => Some(one.clone()),
+        _ => None,
+    })?;
+    let (dtype, shape) = static_output(&f.ops)?;
+    (!f.optional).then_some(Slot { name, dtype, shape })
+}
+
 /// The batch dtype and per-sample shape `ops` always produce, if fixed by the ops alone.
 fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
     let (mut channels, mut size, mut dtype, mut chw) = (None, None, DType::U8, false);
@@ -422,31 +421,6 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
     }
     let (c, (h, w)) = (channels?, size?);
     Some((dtype, if chw { vec![c, h, w] } else { vec![h, w, c] }))
-}
-
-/// The op of `ops` that can write its output straight into the batch slot: a trailing
-/// `normalize` (optionally followed by `chw`), or the last resize/crop when only flips follow
-/// it.
-fn writer(ops: &[Op]) -> Option<usize> {
-    let last = ops.len().checked_sub(1)?;
-    match &ops[last] {
-        Op::Normalize { .. } => return Some(last),
-        Op::Chw if last > 0 && matches!(ops[last - 1], Op::Normalize { .. }) => {
-            return Some(last - 1);
-        }
-        _ => {}
-    }
-    let j = ops
-        .iter()
-        .rposition(|op| !matches!(op, Op::HorizontalFlip { .. }))?;
-    match &ops[j] {
-        Op::RandomResizedCrop { .. }
-        | Op::CenterCrop { .. }
-        | Op::Resize {
-            size: Size::Two(_), ..
-        } => Some(j),
-        _ => None,
-    }
 }
 
 fn yes() -> bool {
@@ -504,44 +478,10 @@ fn check_params(op: &Op) -> Result<(), String> {
     Ok(())
 }
 
-/// A field's value between ops.
-enum Value {
-    Bytes(Bytes),
-    Image(Image),
-    Float {
-        h: usize,
-        w: usize,
-        c: usize,
-        data: Vec<f32>,
-    },
-    Array(Array),
-    Text(Bytes),
-    /// An `h x w x c` `uint8` image (or the final value) already in the batch slot.
-    InSlot {
-        h: usize,
-        w: usize,
-        c: usize,
-    },
-}
-
-/// A sample whose data an op cannot use: an undecodable image, a label that is not a number,
-/// a missing field. The loader reports it with the sample's key and shard; with
-/// `on_error = skip` the sample is counted and replaced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadData(pub String);
-
-impl std::fmt::Display for BadData {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadData {}
-
+/// Fails a sample with a [`BadData`] naming the field and what was wrong with it.
 impl Transform for Pipeline {
     fn apply(&self, sample: &mut Sample, rng: &mut SampleRng) -> Result<(), BoxError> {
-        self.apply_fields(sample, rng, None)
-            .map_err(|e| Box::new(BadData(e)) as BoxError)
+        Ok(self.apply_fields(sample, rng, None)?)
     }
 
     fn name(&self) -> &str {
@@ -560,8 +500,7 @@ impl Transform for Pipeline {
         rng: &mut SampleRng,
         out: &mut [&mut [u8]],
     ) -> Result<(), BoxError> {
-        self.apply_fields(sample, rng, Some(out))
-            .map_err(|e| Box::new(BadData(e)) as BoxError)
+        Ok(self.apply_fields(sample, rng, Some(out))?)
     }
 }
 
@@ -572,17 +511,16 @@ impl Pipeline {
         sample: &mut Sample,
         rng: &mut SampleRng,
         mut out: Option<&mut [&mut [u8]]>,
-    ) -> Result<(), String> {
-        for (f, direct) in self.fields.iter().zip(&self.direct) {
+    ) -> Result<(), BadData> {
+        for (f, plan) in self.fields.iter().zip(&self.plans) {
             let Some(name) = f.names.iter().find(|n| sample.get(n).is_some()) else {
                 if f.optional {
                     continue;
                 }
-                let have: Vec<&str> = sample.fields.iter().map(|(n, _)| n.as_ref()).collect();
-                return Err(format!(
-                    "no field {:?} (the sample has {have:?}); name the field the data has, or \
-                     mark it optional",
-                    f.names.join(";")
+                let have = sample.fields.iter().map(|(n, _)| n.to_string()).collect();
+                return Err(BadData::new(
+                    f.names.join(";"),
+                    OpError::MissingField { have },
                 ));
             };
             let name = name.clone();
@@ -591,439 +529,31 @@ impl Pipeline {
                 Field::Bytes(b) | Field::Text(b) => Value::Bytes(b),
                 Field::Array(a) => Value::Array(a),
                 other => {
-                    return Err(format!("field {name:?} holds {other:?}, not bytes"));
+                    let holds = other.describe();
+                    return Err(BadData::new(name, OpError::NotBytes { holds }));
                 }
             };
-            let in_slot = match (direct, out.as_deref_mut()) {
-                (Some(d), Some(out)) => Some((d, &mut *out[d.slot])),
-                _ => None,
-            };
-            let context = |e: String| format!("field {name:?}: {e}");
-            if let Some((d, dst)) = in_slot {
-                let slot = &self.slots[d.slot];
+            let context = |e: OpError| BadData::new(name.as_str(), e);
+            if let (Some((at, steps)), Some(out)) = (&plan.into_slot, out.as_deref_mut()) {
                 // The slot's column replaces a field of that name, as setting it would.
-                sample.remove(&slot.name);
-                let value =
-                    run(&f.ops, value, rng, Some((&mut *dst, d.writer))).map_err(context)?;
-                if !matches!(value, Value::InSlot { .. }) {
-                    let mut tmp = Sample::new(sample.index);
-                    tmp.set(FieldName::Owned(slot.name.clone()), into_field(value));
-                    slot.fill_from(&mut tmp, dst)
-                        .map_err(|e| context(e.to_string()))?;
-                }
+                sample.remove(&self.slots[*at].name);
+                step::run(steps, value, rng, Some(&mut *out[*at])).map_err(context)?;
                 continue;
             }
-            let value = run(&f.ops, value, rng, None).map_err(context)?;
+            let value = step::run(&plan.steps, value, rng, None).map_err(context)?;
             let output = f.output.clone().unwrap_or(name);
-            sample.set(FieldName::Owned(output), into_field(value));
+            sample.set(FieldName::Owned(output), step::into_field(value));
         }
         Ok(())
     }
 }
 
-/// A final value as a sample field.
-fn into_field(value: Value) -> Field {
-    match value {
-        Value::Bytes(b) => Field::Bytes(b),
-        Value::Text(b) => Field::Text(b),
-        Value::Array(a) => Field::Array(a),
-        Value::Image(img) => Field::Array(Array::new(
-            DType::U8,
-            vec![img.height, img.width, img.channels],
-            img.data.into(),
-        )),
-        Value::Float { h, w, c, data } => Field::Array(float_array(vec![h, w, c], &data)),
-        Value::InSlot { .. } => unreachable!("values in a slot are never fields"),
-    }
-}
-
-fn float_array(shape: Vec<usize>, data: &[f32]) -> Array {
-    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    Array::new(DType::F32, shape, bytes.into())
-}
-
-/// A batch slot and the op that writes into it (see [`Direct`]).
-type SlotOut<'a> = Option<(&'a mut [u8], Option<usize>)>;
-
-/// The slot, when op `at` is the one that writes into it.
-fn slot_for<'s>(slot: &'s mut SlotOut<'_>, at: usize) -> Option<&'s mut [u8]> {
-    match slot {
-        Some((dst, Some(w))) if *w == at => Some(&mut **dst),
-        _ => None,
-    }
-}
-
-/// Runs `ops` on `value` (already checked to fit together). With `slot`, the writer op puts
-/// its output straight into the slot (the result is then [`Value::InSlot`]).
-fn run(
-    ops: &[Op],
-    mut value: Value,
-    rng: &mut SampleRng,
-    mut slot: SlotOut<'_>,
-) -> Result<Value, String> {
-    let mut i = 0;
-    while i < ops.len() {
-        let op = &ops[i];
-        let here = i;
-        i += 1;
-        value = match (op, value) {
-            (Op::Decode { mode, reduced }, Value::Bytes(b)) => {
-                // Fused with the op after it where that lets the decoder shrink the work.
-                match ops.get(i).filter(|_| *reduced) {
-                    Some(Op::RandomResizedCrop { size, scale, ratio }) => {
-                        i += 1;
-                        let (h, w) = image::image_size(&b)?;
-                        let crop = image::random_resized_crop_params(h, w, *scale, *ratio, rng);
-                        let (oh, ow) = size.square();
-                        decode_crop_resize(
-                            &b,
-                            *mode,
-                            (h, w),
-                            crop,
-                            (oh, ow),
-                            slot_for(&mut slot, here + 1),
-                        )?
-                    }
-                    Some(Op::Resize { size, max_size }) => {
-                        i += 1;
-                        let (h, w) = image::image_size(&b)?;
-                        let (oh, ow) = match size {
-                            Size::One(n) => image::resize_shorter(h, w, *n, *max_size),
-                            Size::Two([h, w]) => (*h, *w),
-                        };
-                        let full = image::Rect {
-                            top: 0,
-                            left: 0,
-                            height: h,
-                            width: w,
-                        };
-                        decode_crop_resize(
-                            &b,
-                            *mode,
-                            (h, w),
-                            full,
-                            (oh, ow),
-                            slot_for(&mut slot, here + 1),
-                        )?
-                    }
-                    _ => Value::Image(image::decode(&b, *mode, None)?),
-                }
-            }
-            (Op::Resize { size, max_size }, Value::Image(img)) => {
-                let (oh, ow) = match size {
-                    Size::One(n) => image::resize_shorter(img.height, img.width, *n, *max_size),
-                    Size::Two([h, w]) => (*h, *w),
-                };
-                match slot_for(&mut slot, here) {
-                    Some(dst) => {
-                        img.resize_into(None, oh, ow, dst)?;
-                        Value::InSlot {
-                            h: oh,
-                            w: ow,
-                            c: img.channels,
-                        }
-                    }
-                    None => Value::Image(img.resize(None, oh, ow)?),
-                }
-            }
-            (Op::CenterCrop { size }, Value::Image(img)) => {
-                let (ch, cw) = size.square();
-                let (top, left) = image::center_crop_offsets(img.height, img.width, ch, cw);
-                let cropped = img.padded_crop(top, left, ch, cw);
-                match slot_for(&mut slot, here) {
-                    Some(dst) => {
-                        dst.copy_from_slice(&cropped.data);
-                        Value::InSlot {
-                            h: ch,
-                            w: cw,
-                            c: img.channels,
-                        }
-                    }
-                    None => Value::Image(cropped),
-                }
-            }
-            (Op::RandomResizedCrop { size, scale, ratio }, Value::Image(img)) => {
-                let crop =
-                    image::random_resized_crop_params(img.height, img.width, *scale, *ratio, rng);
-                let (oh, ow) = size.square();
-                match slot_for(&mut slot, here) {
-                    Some(dst) => {
-                        img.resize_into(Some(crop), oh, ow, dst)?;
-                        Value::InSlot {
-                            h: oh,
-                            w: ow,
-                            c: img.channels,
-                        }
-                    }
-                    None => Value::Image(img.resize(Some(crop), oh, ow)?),
-                }
-            }
-            (Op::HorizontalFlip { p }, Value::Image(mut img)) => {
-                if rng.chance(*p) {
-                    img.flip_horizontal();
-                }
-                Value::Image(img)
-            }
-            (Op::HorizontalFlip { p }, Value::InSlot { h, w, c }) => {
-                if rng.chance(*p)
-                    && let Some((dst, _)) = &mut slot
-                {
-                    image::flip_horizontal(dst, w, c);
-                }
-                Value::InSlot { h, w, c }
-            }
-            (Op::Normalize { mean, std }, Value::Image(img)) => {
-                let c = img.channels;
-                if mean.len() != c && mean.len() != 1 {
-                    return Err(format!(
-                        "normalize has {} means for an image of {c} channels",
-                        mean.len()
-                    ));
-                }
-                let (h, w) = (img.height, img.width);
-                match slot_for(&mut slot, here) {
-                    Some(dst) => {
-                        // Straight into the slot, as [C, H, W] when chw follows.
-                        let chw = matches!(ops.get(i), Some(Op::Chw));
-                        if chw {
-                            i += 1;
-                        }
-                        normalize(&img, mean, std, chw, |at, v| {
-                            dst[at * 4..at * 4 + 4].copy_from_slice(&v.to_le_bytes());
-                        });
-                        Value::InSlot { h, w, c }
-                    }
-                    None => {
-                        let mut data = vec![0f32; h * w * c];
-                        normalize(&img, mean, std, false, |at, v| data[at] = v);
-                        Value::Float { h, w, c, data }
-                    }
-                }
-            }
-            (Op::Chw, Value::Image(img)) => Value::Array(Array::new(
-                DType::U8,
-                vec![img.channels, img.height, img.width],
-                hwc_to_chw(&img.data, img.height, img.width, img.channels, 1).into(),
-            )),
-            (Op::Chw, Value::Float { h, w, c, data }) => {
-                let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-                Value::Array(Array::new(
-                    DType::F32,
-                    vec![c, h, w],
-                    hwc_to_chw(&bytes, h, w, c, 4).into(),
-                ))
-            }
-            (Op::Chw, Value::Array(a)) => {
-                let [h, w, c] = a.shape[..] else {
-                    return Err(format!("chw needs [H, W, C], the array is {:?}", a.shape));
-                };
-                let size = a.dtype.size();
-                let data = hwc_to_chw(&a.data, h, w, c, size);
-                let mut out = Array::new(a.dtype, vec![c, h, w], data.into());
-                out.cast = a.cast;
-                Value::Array(out)
-            }
-            (Op::Cast { dtype }, v) => {
-                let dtype = DType::from_str(dtype).map_err(|e| e.to_string())?;
-                let mut a = match v {
-                    Value::Image(img) => Array::new(
-                        DType::U8,
-                        vec![img.height, img.width, img.channels],
-                        img.data.into(),
-                    ),
-                    Value::Float { h, w, c, data } => float_array(vec![h, w, c], &data),
-                    Value::Array(a) => a,
-                    _ => unreachable!("checked when the pipeline was built"),
-                };
-                a.cast = Some(dtype);
-                Value::Array(a)
-            }
-            (Op::Label, Value::Bytes(b)) => Value::Array(Array::scalar_i64(parse_label(&b)?)),
-            (Op::Npy, Value::Bytes(b)) => {
-                let (header, data) =
-                    chute_formats::read_npy(&b, "the field").map_err(|e| e.to_string())?;
-                let start = data.as_ptr() as usize - b.as_ptr() as usize;
-                Value::Array(Array::new(
-                    header.dtype(),
-                    header.shape().to_vec(),
-                    b.slice(start..start + data.len()),
-                ))
-            }
-            (Op::Text, Value::Bytes(b)) => {
-                std::str::from_utf8(&b).map_err(|e| format!("not UTF-8 text: {e}"))?;
-                Value::Text(b)
-            }
-            (Op::Json, Value::Bytes(b)) => json_value(&b)?,
-            (op, _) => {
-                return Err(format!(
-                    "{} got a value it does not take (a bug: the pipeline was checked)",
-                    op.name()
-                ));
-            }
-        };
-    }
-    Ok(value)
-}
-
-/// Decodes `data` (an `h` x `w` image) and resizes its region `crop` to `out`, letting the
-/// decoder work at a reduced size and on the crop's region alone where it can. With `dst`,
-/// the result goes there (a batch slot) instead of into a new image.
-fn decode_crop_resize(
-    data: &[u8],
-    mode: ColorMode,
-    (h, w): (usize, usize),
-    crop: image::Rect,
-    (oh, ow): (usize, usize),
-    dst: Option<&mut [u8]>,
-) -> Result<Value, String> {
-    let jpeg = image::sniff(data) == Some(image::ImageFormat::Jpeg);
-    let decoded = if jpeg {
-        crate::jpeg::decode_crop(data, mode, (h, w), crop, (oh, ow))?
-    } else {
-        None
-    };
-    let (img, at) = match decoded {
-        Some(decoded) => decoded,
-        None => {
-            let img = image::decode(data, mode, None)?;
-            let at = [
-                crop.top as f64,
-                crop.left as f64,
-                crop.height as f64,
-                crop.width as f64,
-            ];
-            (img, at)
-        }
-    };
-    let c = img.channels;
-    let resize_into = |dst: &mut [u8]| {
-        if at.iter().all(|v| v.fract() == 0.0) {
-            let rect = image::Rect {
-                top: at[0] as usize,
-                left: at[1] as usize,
-                height: at[2] as usize,
-                width: at[3] as usize,
-            };
-            img.resize_into(Some(rect), oh, ow, dst)
-        } else {
-            img.resize_f_into(at, oh, ow, dst)
-        }
-    };
-    match dst {
-        Some(dst) => {
-            resize_into(dst)?;
-            Ok(Value::InSlot { h: oh, w: ow, c })
-        }
-        None => {
-            let mut out = Image::zeros(oh, ow, c);
-            resize_into(&mut out.data)?;
-            Ok(Value::Image(out))
-        }
-    }
-}
-
-/// `ToTensor` + `Normalize`: `(x / 255 - mean) / std` per channel, as one multiply-add per
-/// value; `put(index, value)` receives each value at its `[H, W, C]` (or `[C, H, W]`) index.
-fn normalize(img: &Image, mean: &[f32], std: &[f32], chw: bool, mut put: impl FnMut(usize, f32)) {
-    let c = img.channels;
-    let (scale, shift): (Vec<f32>, Vec<f32>) = (0..c)
-        .map(|k| {
-            let (m, s) = if mean.len() == 1 {
-                (mean[0], std[0])
-            } else {
-                (mean[k], std[k])
-            };
-            (1.0 / (255.0 * s), -m / s)
-        })
-        .unzip();
-    let plane = img.height * img.width;
-    for (p, px) in img.data.chunks_exact(c).enumerate() {
-        for k in 0..c {
-            let at = if chw { k * plane + p } else { p * c + k };
-            put(at, f32::from(px[k]) * scale[k] + shift[k]);
-        }
-    }
-}
-
-/// `[H, W, C]` elements of `size` bytes to `[C, H, W]`.
-fn hwc_to_chw(data: &[u8], h: usize, w: usize, c: usize, size: usize) -> Vec<u8> {
-    let mut out = vec![0u8; data.len()];
-    let plane = h * w * size;
-    for (p, px) in data.chunks_exact(c * size).enumerate() {
-        for k in 0..c {
-            let dst = k * plane + p * size;
-            out[dst..dst + size].copy_from_slice(&px[k * size..(k + 1) * size]);
-        }
-    }
-    out
-}
-
-/// An integer label from bytes such as `b"3"` or `b" 7\n"`.
-fn parse_label(b: &[u8]) -> Result<i64, String> {
-    let text = std::str::from_utf8(b).map_err(|_| format!("label bytes {b:?} are not text"))?;
-    text.trim().parse::<i64>().map_err(|_| {
-        format!(
-            "label {:?} is not an integer (a cls or txt field holding a class index is)",
-            text.chars().take(40).collect::<String>()
-        )
-    })
-}
-
-fn json_value(b: &[u8]) -> Result<Value, String> {
-    use serde_json::Value as J;
-    let v: J = serde_json::from_slice(b).map_err(|e| format!("not JSON: {e}"))?;
-    let numbers = |items: &[J]| -> Option<Value> {
-        if items.iter().all(J::is_i64) {
-            let data: Vec<u8> = items
-                .iter()
-                .flat_map(|x| x.as_i64().unwrap_or_default().to_le_bytes())
-                .collect();
-            Some(Value::Array(Array::new(
-                DType::I64,
-                vec![items.len()],
-                data.into(),
-            )))
-        } else if items.iter().all(J::is_number) {
-            let data: Vec<u8> = items
-                .iter()
-                .flat_map(|x| x.as_f64().unwrap_or(f64::NAN).to_le_bytes())
-                .collect();
-            Some(Value::Array(Array::new(
-                DType::F64,
-                vec![items.len()],
-                data.into(),
-            )))
-        } else {
-            None
-        }
-    };
-    match &v {
-        J::Number(n) if n.is_i64() => Ok(Value::Array(Array::scalar_i64(n.as_i64().unwrap_or(0)))),
-        J::Number(n) => Ok(Value::Array(Array::new(
-            DType::F64,
-            Vec::new(),
-            Bytes::copy_from_slice(&n.as_f64().unwrap_or(f64::NAN).to_le_bytes()),
-        ))),
-        J::Bool(x) => Ok(Value::Array(Array::new(
-            DType::Bool,
-            Vec::new(),
-            Bytes::copy_from_slice(&[u8::from(*x)]),
-        ))),
-        J::String(s) => Ok(Value::Text(Bytes::copy_from_slice(s.as_bytes()))),
-        J::Array(items) => numbers(items).ok_or_else(|| {
-            "a JSON list that is not all numbers; a batch column needs numbers".to_string()
-        }),
-        _ => Err(
-            "a JSON object or null; json gives numbers, lists of numbers or strings (keep the \
-             field as bytes and parse it in a transform of your own)"
-                .into(),
-        ),
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
+    use bytes::Bytes;
+
     use super::*;
+    use crate::image;
 
     /// A `w` x `h` RGB test picture (gradients and a square) as JPEG bytes.
     pub(crate) fn jpeg(h: u16, w: u16) -> Vec<u8> {
@@ -1300,13 +830,83 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn bad_data_names_the_field_and_the_kind() {
+        let p = Pipeline::from_json(
+            r#"{"img": [{"op": "decode"}], "cls": {"ops": [{"op": "label"}], "optional": true},
+                "t": {"ops": [{"op": "text"}], "optional": true},
+                "j": {"ops": [{"op": "json"}], "optional": true},
+                "n": {"ops": [{"op": "npy"}], "optional": true}}"#,
+        )
+        .unwrap();
+        let run = |field: &str, bytes: &[u8]| -> BadData {
+            let mut s = Sample::new(0).with("img", Field::Bytes(jpeg(8, 8).into()));
+            s.set(
+                FieldName::Owned(field.into()),
+                Field::Bytes(Bytes::copy_from_slice(bytes)),
+            );
+            let e = p
+                .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
+                .unwrap_err();
+            *e.downcast::<BadData>().expect("a BadData")
+        };
+        let mut cut = jpeg(16, 16);
+        cut.truncate(cut.len() - 10);
+        let e = run("img", &cut);
+        assert_eq!(e.field, "img");
+        assert!(
+            matches!(
+                e.error,
+                OpError::CorruptImage {
+                    format: image::ImageFormat::Jpeg,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("field \"img\": corrupt or truncated JPEG")
+        );
+        assert!(matches!(
+            run("img", b"GIF89a").error,
+            OpError::NotAnImage { len: 6, .. }
+        ));
+        let e = run("cls", b"dog");
+        assert_eq!(
+            (e.field.as_str(), &e.error),
+            (
+                "cls",
+                &OpError::BadLabel {
+                    label: "dog".into()
+                }
+            )
+        );
+        assert!(matches!(run("t", b"\xff").error, OpError::NotUtf8 { .. }));
+        assert!(matches!(run("j", b"{").error, OpError::BadJson { .. }));
+        assert!(matches!(
+            run("n", b"\x93NUMPY").error,
+            OpError::BadNpy { .. }
+        ));
+        let mut s = Sample::new(0);
+        let e = p
+            .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
+            .unwrap_err()
+            .downcast::<BadData>()
+            .unwrap();
+        assert_eq!(
+            (e.field.as_str(), &e.error),
+            ("img", &OpError::MissingField { have: vec![] })
+        );
+    }
+
+    #[test]
     fn json_npy_and_text_fields() {
         let p = Pipeline::from_json(
             r#"{"a": [{"op": "json"}], "b": [{"op": "json"}], "n": [{"op": "npy"}],
                 "t": [{"op": "text"}]}"#,
         )
         .unwrap();
-        let npy = chute_formats::write_npy(DType::I16, &[2], &[1, 0, 2, 0]).unwrap();
+        let npy = chute_core::npy::write_npy(DType::I16, &[2], &[1, 0, 2, 0]).unwrap();
         let mut s = Sample::new(0)
             .with("a", Field::Bytes(Bytes::from_static(b"[1, 2.5]")))
             .with("b", Field::Bytes(Bytes::from_static(b"3")))

@@ -4,78 +4,13 @@
 //!   boundaries and compares the rest of the stream with the uninterrupted run.
 //! - [`check_matrix`]: the delivered stream must be byte-for-byte identical for every worker
 //!   count and prefetch depth.
-//! - [`StreamDigest`]: a digest of a stream of batches (contents and order), the one
-//!   `chute bench --digest` prints.
+//!
+//! Compiled with the `testing` feature (and in this crate's own tests): they are tools for
+//! tests of sources and transforms, not part of the loader's API.
 
-use xxhash_rust::xxh3::Xxh3;
+use chute_core::Error;
 
-use chute_core::{Batch, Column, Error};
-
-use crate::Loader;
-
-/// An incremental digest of batches: column names, dtypes, shapes and bytes, in order.
-#[derive(Default, Clone)]
-pub struct StreamDigest {
-    hasher: Xxh3,
-    batches: u64,
-}
-
-impl std::fmt::Debug for StreamDigest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StreamDigest")
-            .field("batches", &self.batches)
-            .finish()
-    }
-}
-
-impl StreamDigest {
-    /// An empty digest.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds a batch.
-    pub fn update(&mut self, batch: &Batch) {
-        let h = &mut self.hasher;
-        h.update(&(batch.columns.len() as u64).to_le_bytes());
-        for (name, col) in &batch.columns {
-            h.update(&(name.len() as u64).to_le_bytes());
-            h.update(name.as_bytes());
-            let tensors = match col {
-                Column::Tensor(t) => vec![t],
-                Column::Var(v) => vec![&v.offsets, &v.data],
-                Column::List(ts) => ts.iter().collect(),
-                _ => vec![],
-            };
-            for t in tensors {
-                h.update(t.dtype().name().as_bytes());
-                h.update(&(t.shape().len() as u64).to_le_bytes());
-                for &d in t.shape() {
-                    h.update(&(d as u64).to_le_bytes());
-                }
-                h.update(t.as_bytes());
-            }
-        }
-        self.batches += 1;
-    }
-
-    /// Batches added so far.
-    pub fn batches(&self) -> u64 {
-        self.batches
-    }
-
-    /// The digest as 32 hex digits.
-    pub fn hex(&self) -> String {
-        format!("{:032x}", self.hasher.digest128())
-    }
-}
-
-/// The digest of one batch.
-pub fn batch_digest(batch: &Batch) -> String {
-    let mut d = StreamDigest::new();
-    d.update(batch);
-    d.hex()
-}
+use crate::{Loader, batch_digest};
 
 /// What a check records of each delivered batch.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,8 +8,9 @@
 //!
 //! - [`Loader`] / [`LoaderBuilder`]: the iterator over batches; `state()` / `restore()`.
 //! - [`StatsSnapshot`]: per-stage busy time and items, the consumer's wait, throughput.
-//! - [`check`]: reusable conformance checks (resume from every batch, worker/prefetch
-//!   matrix) that any source and transform chain can be run through.
+//! - [`StreamDigest`]: a digest of delivered batches (`chute bench --digest`).
+//! - `check` (feature `testing`): reusable conformance checks (resume from every batch,
+//!   worker/prefetch matrix) that any source and transform chain can be run through.
 //!
 //! ```
 //! use chute_core::{Array, DType, Error, Field, Manifest, Sample, ShardInfo, Shuffle, Source};
@@ -35,13 +36,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(any(test, feature = "testing"))]
 pub mod check;
 mod collate;
+mod digest;
 mod loader;
 mod pinned;
 mod stats;
 mod workers;
 
+pub use digest::{StreamDigest, batch_digest};
 pub use loader::{Loader, LoaderBuilder, LoaderOptions, Poll};
 pub use stats::{StageStats, StatsSnapshot};
 pub use workers::for_each_parallel;

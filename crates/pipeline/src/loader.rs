@@ -9,7 +9,7 @@ use chute_core::{
     Batch, BufferPool, ConfigError, Error, OnError, Plan, PlanConfig, STATE_VERSION, Shuffle,
     Source, State, StateError,
 };
-use chute_ops::{Compose, Transform};
+use chute_core::{Compose, Transform};
 
 use crate::pinned::cuda_host_allocator;
 use crate::stats::{Stats, StatsSnapshot};

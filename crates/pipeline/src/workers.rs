@@ -16,13 +16,17 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use chute_core::Transform;
 use chute_core::{
     Batch, BufferPool, Column, Error, OnError, Plan, Sample, SampleRef, SampleRng, Source, Tensor,
 };
-use chute_ops::Transform;
 
 use crate::collate::collate;
 use crate::stats::{StageKind, Stats};
+
+/// Samples a worker reads with one [`Source::read_many`] call: few enough that a cancelled
+/// run (a dropped loader) stops soon, enough that a per-call cost is paid rarely.
+const READ_CHUNK: usize = 32;
 
 /// What one epoch's run needs; immutable once built, shared by all workers.
 pub(crate) struct Job {
@@ -72,14 +76,18 @@ impl Job {
 
         let t0 = Instant::now();
         self.plan.extend_ids(lo..hi, &mut ids);
-        for (i, id) in (lo..hi).zip(ids.iter_mut()) {
-            self.check_cancel(*id)?;
-            let sample = match self.read(*id) {
-                Ok(s) => s,
-                Err(e) => self.replace(i, e, false, &mut [])?,
-            };
-            *id = sample.index;
-            samples.push(sample);
+        for start in (0..ids.len()).step_by(READ_CHUNK) {
+            let end = (start + READ_CHUNK).min(ids.len());
+            self.check_cancel(ids[start])?;
+            let read = self.read_many(&ids[start..end]);
+            for (k, r) in (start..end).zip(read) {
+                let sample = match r {
+                    Ok(s) => s,
+                    Err(e) => self.replace(lo + k as u64, e, false, &mut [])?,
+                };
+                ids[k] = sample.index;
+                samples.push(sample);
+            }
         }
         let t1 = Instant::now();
         self.stats.stage(StageKind::Read, t1 - t0, hi - lo);
@@ -162,6 +170,18 @@ impl Job {
             Err(self.cancelled(id))
         } else {
             Ok(())
+        }
+    }
+
+    /// Reads samples `ids` together ([`Source::read_many`]); if the source panics, reads them
+    /// one by one so the panic is reported for its own sample.
+    fn read_many(&self, ids: &[u64]) -> Vec<Result<Sample, Error>> {
+        match catch_unwind(AssertUnwindSafe(|| self.source.read_many(ids))) {
+            Ok(read) if read.len() == ids.len() => read
+                .into_iter()
+                .map(|r| r.map_err(|e| self.with_shard(e)))
+                .collect(),
+            _ => ids.iter().map(|&id| self.read(id)).collect(),
         }
     }
 

@@ -22,7 +22,7 @@ use chute::formats::webdataset::{
 };
 use chute::io::{IoSnapshot, RemoteOptions, set_remote_options};
 use chute::pipeline::Loader;
-use chute::pipeline::check::StreamDigest;
+use chute::pipeline::StreamDigest;
 
 struct Servers {
     dir: PathBuf,

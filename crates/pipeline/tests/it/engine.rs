@@ -210,7 +210,7 @@ fn dropping_mid_epoch_stops_the_threads_promptly() {
         calls: Arc<AtomicUsize>,
         alive: Arc<()>,
     }
-    impl chute_ops::Transform for Slow {
+    impl chute_core::Transform for Slow {
         fn apply(&self, _: &mut Sample, _: &mut SampleRng) -> Result<(), BoxError> {
             let _hold = Arc::clone(&self.alive);
             self.calls.fetch_add(1, Ordering::Relaxed);

@@ -16,7 +16,7 @@
 use std::fmt::Write as _;
 use std::ops::Range;
 
-use chute_core::{ConfigError, DType, Error};
+use crate::{ConfigError, Corruption, DType, Error};
 
 /// The magic string every `.npy` file starts with.
 const MAGIC: &[u8; 6] = b"\x93NUMPY";
@@ -72,12 +72,10 @@ impl NpyHeader {
             ));
         }
         if bytes.len() < 10 {
-            return Err(corrupt(
-                bytes.len(),
-                format!(
-                    "the .npy header is cut short after {} bytes; the file is truncated",
-                    bytes.len()
-                ),
+            return Err(Error::truncated(
+                origin,
+                bytes.len() as u64,
+                format!("the .npy header is cut short after {} bytes", bytes.len()),
             ));
         }
         let version = (bytes[6], bytes[7]);
@@ -85,12 +83,10 @@ impl NpyHeader {
             (1, 0) => (10, usize::from(u16::from_le_bytes([bytes[8], bytes[9]]))),
             (2, 0) | (3, 0) => {
                 let Some(len) = bytes.get(8..12) else {
-                    return Err(corrupt(
-                        bytes.len(),
-                        format!(
-                            "the .npy header is cut short after {} bytes; the file is truncated",
-                            bytes.len()
-                        ),
+                    return Err(Error::truncated(
+                        origin,
+                        bytes.len() as u64,
+                        format!("the .npy header is cut short after {} bytes", bytes.len()),
                     ));
                 };
                 let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
@@ -173,7 +169,7 @@ impl NpyHeader {
     ) -> Result<Range<usize>, Error> {
         let end = data_offset.saturating_add(self.data_len);
         if file_len < end {
-            return Err(Error::corrupt(
+            return Err(Error::truncated(
                 origin,
                 file_len as u64,
                 format!(
@@ -657,7 +653,9 @@ fn interpret(
 
     let (at, descr) = descr.ok_or_else(|| missing("descr"))?;
     let dtype = match descr {
-        Value::Str(s) => dtype_from_descr(&s).map_err(|reason| corrupt(at, reason))?,
+        Value::Str(s) => dtype_from_descr(&s).map_err(|reason| {
+            Error::corrupt_as(Corruption::Unsupported, origin, (base + at) as u64, reason)
+        })?,
         Value::List(_) => {
             return Err(corrupt(
                 at,
@@ -740,8 +738,10 @@ fn interpret(
             )
         })?;
     if fortran_order && shape.iter().filter(|&&d| d > 1).count() > 1 {
-        return Err(corrupt(
-            at,
+        return Err(Error::corrupt_as(
+            Corruption::Unsupported,
+            origin,
+            (base + at) as u64,
             format!(
                 "the array of shape {} is in Fortran order; chute reads C order: save it with \
                  np.save(path, np.ascontiguousarray(arr))",
@@ -758,8 +758,10 @@ fn interpret(
     })
 }
 
-/// The [`DType`] of a numpy `descr` string, or why it is refused.
-fn dtype_from_descr(descr: &str) -> Result<DType, String> {
+/// The [`DType`] of a numpy dtype string (a `.npy` header's `descr`, an array's
+/// `dtype.str` or `__array_interface__["typestr"]`: `<f4`, `|u1`, `|b1`), or why it is
+/// refused (big-endian data, strings, objects, complex numbers, ...).
+pub fn dtype_from_descr(descr: &str) -> Result<DType, String> {
     let (order, code) = match descr.as_bytes().first() {
         Some(b'<' | b'>' | b'|' | b'=') => descr.split_at(1),
         _ => ("=", descr),
@@ -835,6 +837,7 @@ mod tests {
                 uri,
                 offset,
                 reason,
+                ..
             } => (uri, offset, reason),
             other => panic!("expected a corrupt error, got {other}"),
         }
@@ -1027,10 +1030,12 @@ mod tests {
         assert!(r.contains("not an .npy file") && r.contains("PK"), "{r}");
         assert!(NpyHeader::parse(b"", "e.npy").is_err());
 
-        let (_, offset, r) =
-            corrupt_parts(NpyHeader::parse(b"\x93NUMPY\x01", "t.npy").unwrap_err());
+        let e = NpyHeader::parse(b"\x93NUMPY\x01", "t.npy").unwrap_err();
+        assert_eq!(e.corruption(), Some(crate::Corruption::Truncated));
+        assert!(e.to_string().contains("truncated: the .npy header"), "{e}");
+        let (_, offset, r) = corrupt_parts(e);
         assert_eq!(offset, 7);
-        assert!(r.contains("truncated"), "{r}");
+        assert!(r.contains("cut short"), "{r}");
 
         let (_, offset, r) =
             corrupt_parts(NpyHeader::parse(b"\x93NUMPY\x04\x00\x10\x00", "v.npy").unwrap_err());

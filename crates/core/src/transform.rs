@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use chute_core::{BoxError, ConfigError, DType, Field, FieldName, Sample, SampleRng, check_cast};
+use crate::{BoxError, ConfigError, DType, Field, FieldName, Sample, SampleRng, check_cast};
 
 /// A per-sample transformation, run on the loader's worker threads.
 ///
@@ -73,7 +73,7 @@ impl Slot {
         match sample.remove(&self.name) {
             Some(Field::Array(a)) if a.shape == self.shape => {
                 check_cast(a.dtype, self.dtype)?;
-                chute_core::cast_into(a.dtype, &a.data, self.dtype, dst);
+                crate::cast_into(a.dtype, &a.data, self.dtype, dst);
                 Ok(())
             }
             Some(Field::Array(a)) => Err(format!(
@@ -290,8 +290,8 @@ fn missing(name: &str, sample: &Sample) -> BoxError {
 
 #[cfg(test)]
 mod tests {
+    use crate::Array;
     use bytes::Bytes;
-    use chute_core::Array;
 
     use super::*;
 

@@ -1,0 +1,190 @@
+"""The seed document's pattern: your own map-style Dataset under chute.Loader (worker threads)
+vs torch's DataLoader (worker processes), side by side, same dataset object.
+
+    python benchsuite/own_dataset_vs_dataloader.py [--images 1500] [--epochs 2] [--workers 2]
+
+Datasets (all in one run): `imagefolder` (__getitem__ reads a JPEG file, decodes it with PIL,
+crops 224 at a random place, flips half the time: the ImageFolder shape), `trivial` (a small
+numpy array per index) and `python` (a __getitem__ of pure-Python work that holds the GIL).
+Reports images (samples) per second over all epochs (page cache warm: the files are read once
+before), time to the first batch, peak RSS summed over the process tree and peak PSS (what
+the processes really cost together: shared pages counted once). Needs torch, numpy, pillow.
+"""
+
+import argparse
+import io
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def tree_pids(pid):
+    out = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                for child in f.read().split():
+                    out.extend(tree_pids(int(child)))
+    except OSError:
+        pass
+    return out
+
+
+def memory(pids):
+    rss = pss = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+        except OSError:
+            pass
+    return rss * 1024, pss * 1024
+
+
+class Peak:
+    """Samples the process tree's RSS and PSS every 20 ms."""
+
+    def __init__(self):
+        self.rss = self.pss = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.is_set():
+            rss, pss = memory(tree_pids(os.getpid()))
+            self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+class ImageFolder:
+    """What a team's own Dataset looks like: files on disk, PIL, a random crop and a flip."""
+
+    def __init__(self, root):
+        self.files = sorted(Path(root).glob("*/*.jpg"))
+        self.classes = sorted({p.parent.name for p in self.files})
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        path = self.files[i]
+        rng = np.random.default_rng(i)
+        with Image.open(path) as img:
+            img = img.convert("RGB")
+            w, h = img.size
+            x, y = int(rng.integers(0, w - 224 + 1)), int(rng.integers(0, h - 224 + 1))
+            img = img.crop((x, y, x + 224, y + 224))
+            if rng.random() < 0.5:
+                img = img.transpose(Image.FLIP_LEFT_RIGHT)
+            return np.asarray(img), self.classes.index(path.parent.name)
+
+
+class Trivial:
+    def __len__(self):
+        return 200_000
+
+    def __getitem__(self, i):
+        return np.full(8, i, dtype=np.float32)
+
+
+class PurePython:
+    def __len__(self):
+        return 20_000
+
+    def __getitem__(self, i):
+        acc = 0
+        for k in range(2_000):
+            acc = (acc * 31 + k + i) % 1_000_003
+        return acc
+
+
+def make_images(root, n):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:288, 0:320]
+    for i in range(n):
+        d = Path(root) / f"class{i % 10}"
+        d.mkdir(parents=True, exist_ok=True)
+        base = (xx * (1 + i % 7) + yy * (1 + i % 5)) % 256
+        px = np.stack([base, (base + 85) % 256, (base * 3) % 256], -1).astype(np.uint8)
+        px = np.clip(px.astype(np.int16) + rng.integers(-12, 12, px.shape), 0, 255).astype(np.uint8)
+        Image.fromarray(px).save(d / f"{i:05d}.jpg", quality=90)
+
+
+def run(make_loader, epochs):
+    with Peak() as peak:
+        start = time.perf_counter()
+        loader = make_loader()
+        first = None
+        n = 0
+        for _ in range(epochs):
+            for batch in loader:
+                if first is None:
+                    first = time.perf_counter() - start
+                x = batch[0] if isinstance(batch, (list, tuple)) else batch
+                n += len(x)
+        elapsed = time.perf_counter() - start
+        del loader
+    return {"per_s": n / elapsed, "first_s": first, "rss_mb": peak.rss / 2**20, "pss_mb": peak.pss / 2**20}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--images", type=int, default=1500)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="imagefolder,trivial,python")
+    a = ap.parse_args()
+
+    import torch.utils.data as tud
+
+    import chute
+
+    root = Path(tempfile.gettempdir()) / f"chute-imagefolder-{a.images}"
+    if not root.exists():
+        make_images(root, a.images)
+    sets = {"imagefolder": (ImageFolder(root), 64), "trivial": (Trivial(), 256), "python": (PurePython(), 64)}
+    for p in Path(root).glob("*/*.jpg"):  # warm the page cache
+        p.read_bytes()
+    results = {}
+    for name in a.only.split(","):
+        ds, bs = sets[name]
+        w = a.workers
+        cases = {
+            "DataLoader(num_workers=0)": lambda: tud.DataLoader(ds, batch_size=bs, shuffle=True, num_workers=0),
+            f"DataLoader(num_workers={w})": lambda: tud.DataLoader(ds, batch_size=bs, shuffle=True, num_workers=w),
+            f"chute.Loader(num_workers={w})": lambda: chute.Loader(ds, batch_size=bs, shuffle=True, num_workers=w),
+        }
+        for case, make in cases.items():
+            runs = [run(make, a.epochs) for _ in range(a.repeats)]
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            results[f"{name} {case}"] = med
+            print(f"{name:12s} {case:28s} {med['per_s']:10.0f}/s  first batch {med['first_s']:.3f} s  "
+                  f"RSS {med['rss_mb']:7.0f} MB  PSS {med['pss_mb']:7.0f} MB", flush=True)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,956 @@
+//! One way to open a dataset: [`open`] (and [`Dataset`], what it resolves), used by the
+//! command line and the Python package alike.
+//!
+//! Inputs are shard files, URLs, brace patterns (`train-{000000..000127}.tar`), globs
+//! (`data/*.parquet`, `shards/**/*.tar`, local paths only), directories (every shard of the
+//! format inside, sorted by name, or the `manifest.json` inside when there is one) and
+//! manifests (`manifest.json` written by `chute index` or `chute convert --index`, a path or a
+//! URL). The format is given ([`OpenOptions::format`]) or detected: from the manifest, or from
+//! the files' extensions ([`Format::from_path`]), which must agree.
+//!
+//! ```
+//! use chute_core::{DType, Source};
+//! use chute_formats::{Format, OpenOptions, TokenWriter, open};
+//!
+//! let dir = tempfile::tempdir()?;
+//! for name in ["b.bin", "a.bin"] {
+//!     let mut w = TokenWriter::create(&dir.path().join(name), DType::U16)?;
+//!     w.write_tokens(&[1, 2, 3, 4, 5, 6, 7, 8])?;
+//!     w.finish()?;
+//! }
+//! // A folder: its token files, sorted; windows of seq_len + 1 = 4 tokens.
+//! let options = OpenOptions { seq_len: Some(3), ..Default::default() };
+//! let source = open(&[dir.path()], &options)?;
+//! assert_eq!(source.manifest().format, Format::Tokens.name());
+//! assert_eq!(source.manifest().total_samples(), 4);
+//! assert!(source.manifest().shards[0].path.ends_with("a.bin"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chute_core::{ConfigError, Corruption, DType, Error, Manifest, Source};
+use chute_io::Location;
+
+use crate::example::ExampleOptions;
+use crate::{
+    IndexMode, TfRecordOptions, TfRecordSource, TokenOptions, TokenSource, WebDatasetOptions,
+    WebDatasetSource, expand_braces,
+};
+
+/// The file name [`open`] looks for in a directory, and `chute index` writes.
+pub const MANIFEST_NAME: &str = "manifest.json";
+
+/// The formats chute reads. The name ([`Format::name`], `Display`, `FromStr`) is the one
+/// manifests record and the CLI and Python take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// Flat little-endian token ids (nanoGPT's `.bin`).
+    Tokens,
+    /// WebDataset tar shards (`.tar`): files sharing a key form a sample.
+    WebDataset,
+    /// TFRecord files (`.tfrecord`, `.tfrecords`, `.tfrec`, optionally `.gz`).
+    TfRecord,
+    /// Apache Parquet (`.parquet`, `.pq`).
+    Parquet,
+}
+
+impl Format {
+    /// Every format, in the order they are listed in messages.
+    pub const ALL: [Format; 4] = [
+        Format::Tokens,
+        Format::WebDataset,
+        Format::TfRecord,
+        Format::Parquet,
+    ];
+
+    /// The format's name: `tokens`, `webdataset`, `tfrecord` or `parquet`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Format::Tokens => "tokens",
+            Format::WebDataset => "webdataset",
+            Format::TfRecord => "tfrecord",
+            Format::Parquet => "parquet",
+        }
+    }
+
+    /// The file extensions that mean this format (a trailing `.gz` is looked through for
+    /// TFRecord).
+    pub fn extensions(self) -> &'static [&'static str] {
+        match self {
+            Format::Tokens => &["bin"],
+            Format::WebDataset => &["tar"],
+            Format::TfRecord => &["tfrecord", "tfrecords", "tfrec"],
+            Format::Parquet => &["parquet", "pq"],
+        }
+    }
+
+    /// The format a file name's extension implies, if any: `train-000.tar` is WebDataset,
+    /// `x.tfrecord.gz` TFRecord, `https://host/x.parquet?sig=...` Parquet.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let text = path.to_str()?;
+        // A URL's query or fragment is not part of the object's name.
+        let name = match text.split_once("://") {
+            Some((_, rest)) => rest.split(['?', '#']).next()?.rsplit('/').next()?,
+            None => path.file_name()?.to_str()?,
+        };
+        let gz = name.strip_suffix(".gz");
+        let base = gz.unwrap_or(name);
+        // TensorFlow Datasets numbers shards after the extension:
+        // `mnist-train.tfrecord-00000-of-00004`.
+        if base.contains(".tfrecord-") || base.contains(".tfrecords-") {
+            return Some(Format::TfRecord);
+        }
+        let ext = base.rsplit_once('.')?.1;
+        Format::ALL
+            .into_iter()
+            .filter(|f| gz.is_none() || *f == Format::TfRecord)
+            .find(|f| f.extensions().contains(&ext))
+    }
+
+    fn names() -> String {
+        let names: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
+        names.join(", ")
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Format, ConfigError> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "format",
+                    format!("{s:?} is not a format chute reads; use {}", Format::names()),
+                )
+            })
+    }
+}
+
+/// How [`open`] reads a dataset: the format (detected when `None`) and each format's
+/// options. Fields a format does not use are ignored.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// The format; by default the manifest's, or the one the files' extensions imply.
+    pub format: Option<Format>,
+    /// Token files: tokens per training sequence (a sample is `seq_len + 1` tokens). By
+    /// default the manifest's, else 1,024.
+    pub seq_len: Option<usize>,
+    /// Token files: the stored token type. By default the manifest's, else `uint16`.
+    pub token_dtype: Option<DType>,
+    /// Token files: the dtype of the batch tensor (default `int64`).
+    pub out_dtype: DType,
+    /// Parquet columns or TFRecord features to read, in this order (default: all).
+    pub columns: Option<Vec<String>>,
+    /// Parquet: rows per shard (row groups are split into chunks of this many rows).
+    pub chunk_rows: Option<usize>,
+    /// Tar and TFRecord: where shard indexes come from.
+    pub index: IndexMode,
+    /// TFRecord: records as raw bytes (a `record` field) instead of `tf.train.Example`s.
+    pub raw: bool,
+    /// TFRecord: verify each record's CRC32Cs (the default).
+    pub verify_checksums: bool,
+}
+
+/// Tokens per sequence when neither the options nor a manifest say.
+pub const DEFAULT_SEQ_LEN: usize = 1024;
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            format: None,
+            seq_len: None,
+            token_dtype: None,
+            out_dtype: DType::I64,
+            columns: None,
+            chunk_rows: None,
+            index: IndexMode::Auto,
+            raw: false,
+            verify_checksums: true,
+        }
+    }
+}
+
+/// What a list of inputs names: the format, the shard files (paths or URLs) in order and the
+/// manifest they came from, if any. [`Dataset::resolve`] makes it; [`Dataset::open`] opens it.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    /// The format (given, the manifest's or detected).
+    pub format: Format,
+    /// The shard files, in dataset order: local paths or URLs held in `PathBuf`s, as the
+    /// format sources take them.
+    pub files: Vec<PathBuf>,
+    /// The manifest (its path or URL, and its contents) when the inputs named one.
+    pub manifest: Option<(String, Manifest)>,
+}
+
+/// Resolves `inputs` and opens them: [`Dataset::resolve`] then [`Dataset::open`].
+pub fn open<P: AsRef<Path>>(inputs: &[P], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    Dataset::resolve(inputs, options.format)?.open(options)
+}
+
+/// Whether a directory's `manifest.json` stands for the directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InDirectory {
+    /// Use the manifest when there is one (opening).
+    Manifest,
+    /// List the shards (indexing them anew).
+    Shards,
+}
+
+impl Dataset {
+    /// Resolves `inputs` (see the module docs) into a format and shard files. A manifest must
+    /// be the only input; an empty expansion, a folder with no shards, or files of several
+    /// formats without `format` are [`ConfigError`]s naming the input.
+    pub fn resolve<P: AsRef<Path>>(inputs: &[P], format: Option<Format>) -> Result<Dataset, Error> {
+        resolve(inputs, format, InDirectory::Manifest)
+    }
+
+    /// [`Dataset::resolve`], except that a directory always stands for the shards inside,
+    /// never for its `manifest.json` (for `chute index`, which writes that manifest), and a
+    /// manifest input is refused.
+    pub fn resolve_shards<P: AsRef<Path>>(
+        inputs: &[P],
+        format: Option<Format>,
+    ) -> Result<Dataset, Error> {
+        resolve(inputs, format, InDirectory::Shards)
+    }
+
+    /// Opens the source over every shard. When the dataset came from a manifest, its
+    /// parameters (a token file's `seq_len` and `dtype`) apply unless `options` set them, and
+    /// the shards must still match it: files with other sample counts or sizes than it
+    /// records are an [`Error::Corrupt`] of kind [`Corruption::StaleIndex`] telling to run
+    /// `chute index` again. Options that only change what is read (Parquet columns, TFRecord
+    /// features, Parquet chunking) are not a mismatch.
+    pub fn open(&self, options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+        let source = self.open_files(&self.files, options)?;
+        if let Some((path, m)) = &self.manifest
+            && let Some(why) = stale(m, source.manifest())
+        {
+            return Err(Error::corrupt_as(
+                Corruption::StaleIndex,
+                path.clone(),
+                0,
+                format!(
+                    "the manifest does not match its shards ({why}): they changed since it was \
+                     written; run `chute index` again"
+                ),
+            ));
+        }
+        Ok(source)
+    }
+
+    /// Opens the source over `files` (some of this dataset's, such as one shard) with this
+    /// dataset's format and the manifest's parameters. No fingerprint check.
+    pub fn open_files(
+        &self,
+        files: &[PathBuf],
+        options: &OpenOptions,
+    ) -> Result<Arc<dyn Source>, Error> {
+        Ok(match self.format {
+            Format::Tokens => Arc::new(TokenSource::open(files, self.token_options(options)?)?),
+            Format::WebDataset => {
+                let opts = WebDatasetOptions {
+                    index: options.index,
+                    ..Default::default()
+                };
+                Arc::new(WebDatasetSource::open(files, opts)?)
+            }
+            Format::TfRecord => {
+                let example = (!options.raw).then(|| ExampleOptions {
+                    features: options.columns.clone(),
+                    ..Default::default()
+                });
+                let opts = TfRecordOptions {
+                    verify_checksums: options.verify_checksums,
+                    example,
+                    index: options.index,
+                    ..Default::default()
+                };
+                Arc::new(TfRecordSource::open(files, opts)?)
+            }
+            Format::Parquet => open_parquet(files, options)?,
+        })
+    }
+
+    /// Token options: explicit ones, else the manifest's (it records what a sample is), else
+    /// the defaults. An explicit value that contradicts the manifest is refused, since the
+    /// shards would no longer match it.
+    fn token_options(&self, options: &OpenOptions) -> Result<TokenOptions, Error> {
+        let param = |k: &str| self.manifest.as_ref().and_then(|(_, m)| m.params.get(k));
+        let manifest_seq_len = param("seq_len").and_then(|v| v.as_u64());
+        let manifest_dtype = match param("dtype").and_then(|v| v.as_str()) {
+            Some(d) => Some(d.parse::<DType>()?),
+            None => None,
+        };
+        let conflict = |option: &str, given: String, recorded: String| {
+            let (path, _) = self.manifest.as_ref().expect("only with a manifest");
+            ConfigError::new(
+                option,
+                format!(
+                    "{given} differs from the {recorded} manifest {path} was written with; \
+                     leave it unset to use the manifest's"
+                ),
+            )
+        };
+        let seq_len = match (options.seq_len, manifest_seq_len) {
+            (Some(s), Some(m)) if s as u64 != m => {
+                return Err(conflict("seq_len", s.to_string(), m.to_string()).into());
+            }
+            (Some(s), _) => s,
+            (None, Some(m)) => usize::try_from(m).map_err(|_| {
+                ConfigError::new("seq_len", format!("the manifest's {m} is too large"))
+            })?,
+            (None, None) => DEFAULT_SEQ_LEN,
+        };
+        let dtype = match (options.token_dtype, manifest_dtype) {
+            (Some(d), Some(m)) if d != m => {
+                return Err(conflict("dtype", d.to_string(), m.to_string()).into());
+            }
+            (Some(d), _) | (None, Some(d)) => d,
+            (None, None) => DType::U16,
+        };
+        Ok(TokenOptions {
+            seq_len,
+            dtype,
+            out_dtype: options.out_dtype,
+        })
+    }
+}
+
+/// Each file's name (a shard's path up to `#`, without folders), total samples, total bytes
+/// and number of shards, in order.
+fn per_file(m: &Manifest) -> Vec<(&str, u64, u64, usize)> {
+    let mut out: Vec<(&str, u64, u64, usize)> = Vec::new();
+    for s in &m.shards {
+        let file = s.path.split_once('#').map_or(s.path.as_str(), |(f, _)| f);
+        let name = file.rsplit(['/', '\\']).next().unwrap_or(file);
+        match out.last_mut() {
+            Some(last) if last.0 == name => {
+                last.1 += s.samples;
+                last.2 += s.bytes;
+                last.3 += 1;
+            }
+            _ => out.push((name, s.samples, s.bytes, 1)),
+        }
+    }
+    out
+}
+
+/// How the shards opened differ from what the manifest records, if they do: other files,
+/// other sample counts, or (when both cut files into the same number of shards) other sizes.
+fn stale(recorded: &Manifest, opened: &Manifest) -> Option<String> {
+    let (want, got) = (per_file(recorded), per_file(opened));
+    if want.len() != got.len() {
+        return Some(format!(
+            "it lists {} files, the inputs hold {}",
+            want.len(),
+            got.len()
+        ));
+    }
+    for (w, g) in want.iter().zip(&got) {
+        if w.0 != g.0 {
+            return Some(format!("it lists {} where the inputs hold {}", w.0, g.0));
+        }
+        if w.1 != g.1 {
+            return Some(format!(
+                "{} holds {} samples, the manifest says {}",
+                g.0, g.1, w.1
+            ));
+        }
+        if w.3 == g.3 && w.2 != g.2 {
+            return Some(format!(
+                "{} is {} bytes, the manifest says {}",
+                g.0, g.2, w.2
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(feature = "parquet")]
+fn open_parquet(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    let opts = crate::parquet::ParquetOptions {
+        columns: options.columns.clone(),
+        chunk_rows: options.chunk_rows,
+        ..Default::default()
+    };
+    Ok(Arc::new(crate::parquet::ParquetSource::open(files, opts)?))
+}
+
+#[cfg(not(feature = "parquet"))]
+fn open_parquet(_: &[PathBuf], _: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    Err(ConfigError::new(
+        "format",
+        "parquet: this build of chute has no Parquet support (the cargo feature `parquet`)",
+    )
+    .into())
+}
+
+fn resolve<P: AsRef<Path>>(
+    inputs: &[P],
+    format: Option<Format>,
+    dirs: InDirectory,
+) -> Result<Dataset, Error> {
+    if inputs.is_empty() {
+        return Err(ConfigError::new(
+            "paths",
+            "no input: name shard files, a folder or a manifest",
+        )
+        .into());
+    }
+    let mut files: Vec<PathBuf> = Vec::new();
+    for input in inputs {
+        let input = input.as_ref();
+        let text = input.to_str();
+        let dirs = if inputs.len() > 1 {
+            InDirectory::Shards
+        } else {
+            dirs
+        };
+        if let Some(manifest) = manifest_input(input, dirs)? {
+            if inputs.len() > 1 {
+                return Err(ConfigError::new(
+                    "paths",
+                    format!(
+                        "{}: a manifest must be the only input (it lists the shards)",
+                        manifest.display()
+                    ),
+                )
+                .into());
+            }
+            if dirs == InDirectory::Shards {
+                return Err(ConfigError::new(
+                    "paths",
+                    format!(
+                        "{}: expected shard files, not a manifest",
+                        manifest.display()
+                    ),
+                )
+                .into());
+            }
+            return from_manifest(&manifest, format);
+        }
+        match text {
+            Some(s) if s.contains('{') => {
+                for name in expand_braces(s)? {
+                    expand_one(Path::new(&name), format, &mut files)?;
+                }
+            }
+            _ => expand_one(input, format, &mut files)?,
+        }
+    }
+    let format = match format {
+        Some(f) => f,
+        None => detect(&files)?,
+    };
+    Ok(Dataset {
+        format,
+        files,
+        manifest: None,
+    })
+}
+
+/// The manifest `input` stands for, if any: a `.json` path or URL, or (when opening) a local
+/// directory holding `manifest.json`.
+fn manifest_input(input: &Path, dirs: InDirectory) -> Result<Option<PathBuf>, Error> {
+    if input.extension().is_some_and(|e| e == "json") {
+        return Ok(Some(input.to_path_buf()));
+    }
+    let Location::Local(dir) = Location::from_path(input)? else {
+        return Ok(None);
+    };
+    if dirs == InDirectory::Manifest && dir.is_dir() {
+        let m = dir.join(MANIFEST_NAME);
+        if m.is_file() {
+            return Ok(Some(m));
+        }
+    }
+    Ok(None)
+}
+
+/// Adds the files one (brace-expanded) input names: itself, a glob's matches or a
+/// directory's shards.
+///
+/// A local input with `*` is a glob (no match is an error); one with only `?` or `[` is a
+/// glob when it matches something and a literal path otherwise (`shard[1].tar`). URLs are
+/// never globs (`?` starts a query there): a URL with `*`, or ending in `/`, is refused.
+fn expand_one(input: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+    let local = match Location::from_path(input)? {
+        Location::Local(p) => p,
+        Location::Remote(url) => {
+            if url.contains('*') || url.ends_with('/') {
+                return Err(ConfigError::new(
+                    "paths",
+                    format!(
+                        "{url}: globs and folders are listed on local disks only; name remote \
+                         shards with a brace pattern (shard-{{000000..000127}}.tar) or a manifest"
+                    ),
+                )
+                .into());
+            }
+            out.push(input.to_path_buf());
+            return Ok(());
+        }
+    };
+    if local.is_dir() {
+        return list_directory(&local, format, out);
+    }
+    let text = local.to_str().unwrap_or_default();
+    if !text.contains(['*', '?', '[']) || local.exists() {
+        out.push(local);
+        return Ok(());
+    }
+    let options = glob::MatchOptions {
+        require_literal_leading_dot: true,
+        ..glob::MatchOptions::new()
+    };
+    let matches = glob::glob_with(text, options)
+        .map_err(|e| ConfigError::new("paths", format!("{text}: not a valid glob pattern: {e}")))?;
+    let mut found: Vec<PathBuf> = Vec::new();
+    for m in matches {
+        let path = m.map_err(|e| {
+            let path = e.path().display().to_string();
+            Error::io(path, e.into())
+        })?;
+        if path.is_file() && !is_bookkeeping(&path) {
+            found.push(path);
+        }
+    }
+    if found.is_empty() {
+        if text.contains('*') {
+            return Err(
+                ConfigError::new("paths", format!("{text}: no files match the pattern")).into(),
+            );
+        }
+        out.push(local); // a literal name with `?` or `[`: opening it says it is missing
+        return Ok(());
+    }
+    found.sort();
+    out.extend(found);
+    Ok(())
+}
+
+/// Files beside shards that are never shards: index files, manifests, unfinished writes.
+fn is_bookkeeping(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    name == MANIFEST_NAME || name.ends_with(".idx") || name.ends_with(chute_io::TEMP_SUFFIX)
+}
+
+/// Every shard of the format inside `dir` (not its subfolders), sorted by name. Without a
+/// format, the one format whose files the folder holds.
+fn list_directory(dir: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+    let io = |e| Error::io(dir.display().to_string(), e);
+    let mut by_format: Vec<(Format, PathBuf)> = Vec::new();
+    // Files no extension speaks for (`train-00000-of-00010`): shards when a format is given.
+    let mut unnamed: Vec<PathBuf> = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        let hidden = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_none_or(|n| n.starts_with('.'));
+        if hidden || !path.is_file() || is_bookkeeping(&path) {
+            continue;
+        }
+        match Format::from_path(&path) {
+            Some(f) => by_format.push((f, path)),
+            None if path.extension().is_none() => unnamed.push(path),
+            None => {}
+        }
+    }
+    if let Some(f) = format {
+        by_format.extend(unnamed.into_iter().map(|p| (f, p)));
+    }
+    let format = match format {
+        Some(f) => f,
+        None => {
+            let mut found: Vec<Format> = by_format.iter().map(|(f, _)| *f).collect();
+            found.sort_by_key(|f| f.name());
+            found.dedup();
+            match found.as_slice() {
+                [one] => *one,
+                [] => {
+                    return Err(ConfigError::new(
+                        "paths",
+                        format!(
+                            "{}: the folder holds no shards ({} files, by extension; \
+                             subfolders are not searched: name them, or use a glob such as \
+                             {}/**/*.tar)",
+                            dir.display(),
+                            Format::names(),
+                            dir.display()
+                        ),
+                    )
+                    .into());
+                }
+                several => {
+                    let names: Vec<&str> = several.iter().map(|f| f.name()).collect();
+                    return Err(ConfigError::new(
+                        "paths",
+                        format!(
+                            "{}: the folder holds shards of several formats ({}); pass the \
+                             format to choose",
+                            dir.display(),
+                            names.join(", ")
+                        ),
+                    )
+                    .into());
+                }
+            }
+        }
+    };
+    let mut files: Vec<PathBuf> = by_format
+        .into_iter()
+        .filter(|(f, _)| *f == format)
+        .map(|(_, p)| p)
+        .collect();
+    if files.is_empty() {
+        return Err(ConfigError::new(
+            "paths",
+            format!(
+                "{}: the folder holds no {format} shards (files ending in .{})",
+                dir.display(),
+                format.extensions().join(", .")
+            ),
+        )
+        .into());
+    }
+    files.sort();
+    out.extend(files);
+    Ok(())
+}
+
+/// The format the files' extensions imply; they must agree.
+fn detect(files: &[PathBuf]) -> Result<Format, Error> {
+    let mut found: Option<Format> = None;
+    for path in files {
+        let Some(f) = Format::from_path(path) else {
+            let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
+            let what = match ext {
+                Some(e) => format!("its extension .{e}"),
+                None => "a name without an extension".to_owned(),
+            };
+            return Err(ConfigError::new(
+                "format",
+                format!(
+                    "cannot tell the format of {} from {what}; pass the format ({})",
+                    path.display(),
+                    Format::names()
+                ),
+            )
+            .into());
+        };
+        match found {
+            Some(g) if g != f => {
+                return Err(ConfigError::new(
+                    "format",
+                    format!(
+                        "{} is a {f} file but earlier inputs are {g}; open one format at a time \
+                         or pass the format",
+                        path.display()
+                    ),
+                )
+                .into());
+            }
+            _ => found = Some(f),
+        }
+    }
+    Ok(found.expect("resolve never leaves the list empty"))
+}
+
+/// The dataset a manifest describes: its format (unless given) and its shard files, relative
+/// to the manifest's folder or URL.
+fn from_manifest(path: &Path, format: Option<Format>) -> Result<Dataset, Error> {
+    let name = path.display().to_string();
+    let location = Location::from_path(path)?;
+    let bytes = location.read()?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| {
+        Error::corrupt(
+            name.clone(),
+            e.valid_up_to() as u64,
+            "the manifest is not UTF-8 text",
+        )
+    })?;
+    let manifest = Manifest::from_json(text, &name)?;
+    let recorded = manifest.format.parse::<Format>().map_err(|_| {
+        Error::corrupt_as(
+            Corruption::Unsupported,
+            name.clone(),
+            0,
+            format!(
+                "the manifest names format {:?}, which chute does not read ({})",
+                manifest.format,
+                Format::names()
+            ),
+        )
+    })?;
+    if let Some(f) = format
+        && f != recorded
+    {
+        return Err(ConfigError::new(
+            "format",
+            format!("{f}, but manifest {name} describes {recorded} shards; leave it unset"),
+        )
+        .into());
+    }
+    let format = recorded;
+    let mut files: Vec<PathBuf> = Vec::new();
+    for s in &manifest.shards {
+        // Parquet shards are chunks of row groups: `file.parquet#rowgroup0:0+65536`.
+        let file = s
+            .path
+            .split_once("#rowgroup")
+            .map_or(s.path.as_str(), |(f, _)| f);
+        let p = PathBuf::from(location.join_sibling(file)?.to_string());
+        if files.last() != Some(&p) {
+            files.push(p);
+        }
+    }
+    if files.is_empty() {
+        return Err(Error::corrupt(name, 0, "the manifest lists no shards"));
+    }
+    Ok(Dataset {
+        format,
+        files,
+        manifest: Some((name, manifest)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staleness_is_about_files_not_options() {
+        let shard = |path: &str, samples, bytes| chute_core::ShardInfo {
+            path: path.into(),
+            samples,
+            bytes,
+        };
+        let recorded = Manifest::new(
+            "parquet",
+            vec![
+                shard("d/a.parquet#rowgroup0:0+5", 5, 50),
+                shard("d/a.parquet#rowgroup0:5+5", 5, 50),
+            ],
+        )
+        .with_param("columns", "x,y");
+        // Other columns, other chunks, another folder: the same files.
+        let opened = Manifest::new(
+            "parquet",
+            vec![shard("/e/a.parquet#rowgroup0:0+10", 10, 101)],
+        )
+        .with_param("columns", "x");
+        assert_eq!(stale(&recorded, &opened), None);
+        let grown = Manifest::new("parquet", vec![shard("a.parquet#rowgroup0:0+11", 11, 101)]);
+        assert!(stale(&recorded, &grown).unwrap().contains("11 samples"));
+        let tar = |bytes| Manifest::new("webdataset", vec![shard("x.tar", 3, bytes)]);
+        assert!(
+            stale(&tar(10240), &tar(11264))
+                .unwrap()
+                .contains("11264 bytes")
+        );
+        assert!(stale(&tar(10240), &Manifest::new("webdataset", vec![])).is_some());
+    }
+
+    #[test]
+    fn format_names_round_trip_and_extensions_detect() {
+        for f in Format::ALL {
+            assert_eq!(f.name().parse::<Format>().unwrap(), f);
+            assert_eq!(f.to_string(), f.name());
+            for ext in f.extensions() {
+                assert_eq!(Format::from_path(Path::new(&format!("x/a.{ext}"))), Some(f));
+            }
+        }
+        assert_eq!(
+            Format::from_path(Path::new("a.tfrecord.gz")),
+            Some(Format::TfRecord)
+        );
+        assert_eq!(Format::from_path(Path::new("a.tar.gz")), None);
+        let tfds = Path::new("mnist-train.tfrecord-00003-of-00004");
+        assert_eq!(Format::from_path(tfds), Some(Format::TfRecord));
+        assert_eq!(Format::from_path(Path::new("a.txt")), None);
+        let e = "csv".parse::<Format>().unwrap_err().to_string();
+        assert!(e.contains("\"csv\"") && e.contains("webdataset"), "{e}");
+    }
+
+    fn touch(dir: &Path, names: &[&str]) {
+        for n in names {
+            std::fs::write(dir.join(n), b"").unwrap();
+        }
+    }
+
+    fn names(d: &Dataset) -> Vec<String> {
+        d.files
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn folders_list_their_shards_sorted() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(
+            dir.path(),
+            &[
+                "b.parquet",
+                "a.parquet",
+                ".hidden.parquet",
+                "README.md",
+                "c.pq",
+            ],
+        );
+        std::fs::create_dir(dir.path().join("sub.parquet")).unwrap();
+        let d = Dataset::resolve(&[dir.path()], None).unwrap();
+        assert_eq!(d.format, Format::Parquet);
+        assert_eq!(names(&d), ["a.parquet", "b.parquet", "c.pq"]);
+
+        touch(dir.path(), &["x.tar", "x.tar.idx"]);
+        let e = Dataset::resolve(&[dir.path()], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("several formats") && e.contains("webdataset"),
+            "{e}"
+        );
+        let d = Dataset::resolve(&[dir.path()], Some(Format::WebDataset)).unwrap();
+        assert_eq!(names(&d), ["x.tar"]);
+        let e = Dataset::resolve(&[dir.path()], Some(Format::TfRecord)).unwrap_err();
+        assert!(e.to_string().contains("no tfrecord shards"), "{e}");
+        // Names without an extension are shards of a format given, never guessed.
+        touch(
+            dir.path(),
+            &["train-00000-of-00002", "train-00001-of-00002"],
+        );
+        let d = Dataset::resolve(&[dir.path()], Some(Format::TfRecord)).unwrap();
+        assert_eq!(names(&d), ["train-00000-of-00002", "train-00001-of-00002"]);
+
+        let empty = tempfile::tempdir().unwrap();
+        let e = Dataset::resolve(&[empty.path()], None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("holds no shards"), "{e}");
+    }
+
+    #[test]
+    fn globs_and_braces_expand_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        touch(dir.path(), &["s-2.tar", "s-0.tar", "s-1.tar", "t-0.tar"]);
+        let d = dir.path().display();
+        let r = Dataset::resolve(&[format!("{d}/s-*.tar")], None).unwrap();
+        assert_eq!(names(&r), ["s-0.tar", "s-1.tar", "s-2.tar"]);
+        let r = Dataset::resolve(
+            &[format!("{d}/s-{{2,0}}.tar"), format!("{d}/t-?.tar")],
+            None,
+        )
+        .unwrap();
+        assert_eq!(names(&r), ["s-2.tar", "s-0.tar", "t-0.tar"]);
+        let e = Dataset::resolve(&[format!("{d}/z-*.tar")], None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no files match"), "{e}");
+        // Hidden files and bookkeeping never match; file:// URLs glob as paths do.
+        touch(dir.path(), &[".s-9.tar", "s-0.tar.idx", "s-5.tar.tmp"]);
+        let r = Dataset::resolve(&[format!("file://{d}/s-*")], None).unwrap();
+        assert_eq!(names(&r), ["s-0.tar", "s-1.tar", "s-2.tar"]);
+        // Without `*`, a name that matches nothing is a literal path (opening reports it).
+        let r = Dataset::resolve(&[format!("{d}/shard[1].tar")], None).unwrap();
+        assert_eq!(names(&r), ["shard[1].tar"]);
+        // URLs are never globs: `?` starts a query.
+        let r = Dataset::resolve(&["https://h/x.tar?sig=1"], None).unwrap();
+        assert_eq!(r.files, [PathBuf::from("https://h/x.tar?sig=1")]);
+    }
+
+    #[test]
+    fn detection_names_the_file_and_refuses_mixtures() {
+        let e = Dataset::resolve(&["data/x.txt"], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("data/x.txt") && e.contains("extension .txt"),
+            "{e}"
+        );
+        assert!(!e.contains("Some("), "{e}");
+        let e = Dataset::resolve(&["a.tar", "b.parquet"], None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("b.parquet is a parquet file"), "{e}");
+        let r = Dataset::resolve(&["a.data"], Some(Format::Tokens)).unwrap();
+        assert_eq!(r.format, Format::Tokens);
+        let e = Dataset::resolve(&["s3://bucket/x/*.tar"], None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("brace pattern"), "{e}");
+    }
+
+    #[test]
+    fn manifests_resolve_relative_to_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Manifest::new(
+            "parquet",
+            vec![
+                chute_core::ShardInfo {
+                    path: "p.parquet#rowgroup0:0+10".into(),
+                    samples: 10,
+                    bytes: 1,
+                },
+                chute_core::ShardInfo {
+                    path: "p.parquet#rowgroup0:10+5".into(),
+                    samples: 5,
+                    bytes: 1,
+                },
+                chute_core::ShardInfo {
+                    path: "q.parquet#rowgroup0:0+3".into(),
+                    samples: 3,
+                    bytes: 1,
+                },
+            ],
+        );
+        std::fs::write(dir.path().join(MANIFEST_NAME), m.to_json()).unwrap();
+        touch(dir.path(), &["p.parquet", "q.parquet"]);
+        for input in [dir.path().to_path_buf(), dir.path().join(MANIFEST_NAME)] {
+            let r = Dataset::resolve(&[&input], None).unwrap();
+            assert_eq!(r.format, Format::Parquet);
+            assert_eq!(
+                r.files,
+                [dir.path().join("p.parquet"), dir.path().join("q.parquet")]
+            );
+            assert!(r.manifest.is_some());
+        }
+        // Indexing a folder lists its shards, ignoring the manifest.
+        let r = Dataset::resolve_shards(&[dir.path()], None).unwrap();
+        assert!(r.manifest.is_none());
+        assert_eq!(names(&r), ["p.parquet", "q.parquet"]);
+        let e = Dataset::resolve(
+            &[dir.path().join(MANIFEST_NAME), dir.path().join("p.parquet")],
+            None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("only input"), "{e}");
+        // A folder among other inputs stands for its shards, not its manifest.
+        let other = tempfile::tempdir().unwrap();
+        touch(other.path(), &["r.parquet"]);
+        let r = Dataset::resolve(&[dir.path(), other.path()], None).unwrap();
+        assert!(r.manifest.is_none());
+        assert_eq!(names(&r), ["p.parquet", "q.parquet", "r.parquet"]);
+        let e = Dataset::resolve(&[dir.path()], Some(Format::TfRecord)).unwrap_err();
+        assert!(e.to_string().contains("describes parquet shards"), "{e}");
+    }
+}

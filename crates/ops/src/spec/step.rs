@@ -1,0 +1,773 @@
+//! A field's ops compiled into [`Step`]s when the [`Pipeline`](super::Pipeline) is built.
+//!
+//! The fusions are decided once, from the op list: `decode` with the `random_resized_crop` or
+//! `resize` after it (the region is drawn from the header and decoded alone, at a reduced
+//! size where that covers the output), `normalize` with the `chw` after it, and, for a field
+//! with a batch slot, the step that writes into the slot. Running a sample is then a flat loop
+//! ([`run`]). Steps run in op order, so the sample's RNG is drawn in op order too: the crops
+//! and flips do not depend on the fusions.
+
+use std::str::FromStr;
+
+use bytes::Bytes;
+use chute_core::{Array, Corruption, DType, Field, FieldName, Sample, SampleRng};
+
+use super::{Op, Size};
+use crate::image::{self, ColorMode, Image};
+use crate::{OpError, Slot};
+
+/// A field's value between steps.
+pub(super) enum Value {
+    Bytes(Bytes),
+    Image(Image),
+    Float {
+        h: usize,
+        w: usize,
+        c: usize,
+        data: Vec<f32>,
+    },
+    Array(Array),
+    Text(Bytes),
+    /// The value is in the batch slot (a step wrote it there).
+    InSlot,
+}
+
+/// One field's compiled steps.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Plan {
+    /// What `apply` runs.
+    pub(super) steps: Vec<Step>,
+    /// For a field with a batch slot: the slot's index and what `apply_into` runs, which
+    /// leaves the value in the slot.
+    pub(super) into_slot: Option<(usize, Vec<Step>)>,
+}
+
+impl Plan {
+    /// The plan for `ops` (checked to fit together), with `slot` (index and column) when
+    /// the field has one.
+    pub(super) fn new(ops: &[Op], slot: Option<(usize, &Slot)>) -> Plan {
+        Plan {
+            steps: compile(ops, None),
+            into_slot: slot.map(|(at, slot)| (at, compile(ops, Some(slot)))),
+        }
+    }
+}
+
+/// One step of a field's plan: an op, or ops fused.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Step {
+    /// `decode` alone: the whole picture at full size.
+    Decode {
+        mode: ColorMode,
+    },
+    /// `decode` fused with the crop or resize after it.
+    DecodeRegion {
+        mode: ColorMode,
+        region: Region,
+        to_slot: bool,
+    },
+    Resize {
+        size: Size,
+        max_size: Option<usize>,
+        to_slot: bool,
+    },
+    CenterCrop {
+        size: (usize, usize),
+        to_slot: bool,
+    },
+    RandomResizedCrop {
+        size: (usize, usize),
+        scale: [f64; 2],
+        ratio: [f64; 2],
+        to_slot: bool,
+    },
+    Flip {
+        p: f64,
+    },
+    /// `horizontal_flip` after the step that wrote the image into the slot: flips the slot's
+    /// rows in place.
+    FlipSlot {
+        p: f64,
+        width: usize,
+        channels: usize,
+    },
+    /// `normalize`, with `chw` when the op after it was `chw`.
+    Normalize {
+        mean: Vec<f32>,
+        std: Vec<f32>,
+        chw: bool,
+        to_slot: bool,
+    },
+    Chw,
+    Cast(DType),
+    Label,
+    Npy,
+    Text,
+    Json,
+    /// The final value converted into the slot, for a field whose ops have no step that
+    /// writes into it (labels, a cast last, ...).
+    FillSlot(Slot),
+}
+
+/// The op a [`Step::DecodeRegion`] stands in for, which says the region and the output size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Region {
+    RandomResizedCrop {
+        size: (usize, usize),
+        scale: [f64; 2],
+        ratio: [f64; 2],
+    },
+    Resize {
+        size: Size,
+        max_size: Option<usize>,
+    },
+}
+
+/// The op of `ops` that can write its output straight into the batch slot: a trailing
+/// `normalize` (optionally followed by `chw`), or the last resize/crop when only flips follow
+/// it.
+fn writer(ops: &[Op]) -> Option<usize> {
+    let last = ops.len().checked_sub(1)?;
+    match &ops[last] {
+        Op::Normalize { .. } => return Some(last),
+        Op::Chw if last > 0 && matches!(ops[last - 1], Op::Normalize { .. }) => {
+            return Some(last - 1);
+        }
+        _ => {}
+    }
+    let j = ops
+        .iter()
+        .rposition(|op| !matches!(op, Op::HorizontalFlip { .. }))?;
+    match &ops[j] {
+        Op::RandomResizedCrop { .. }
+        | Op::CenterCrop { .. }
+        | Op::Resize {
+            size: Size::Two(_), ..
+        } => Some(j),
+        _ => None,
+    }
+}
+
+/// The steps for `ops` (checked to fit together). With `slot`, they leave the value in it:
+/// the [`writer`] op writes its output there and the flips after it flip the slot, or, with
+/// no writer, a last [`Step::FillSlot`] converts the final value.
+fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
+    let writer = slot.and_then(|_| writer(ops));
+    let mut steps = Vec::with_capacity(ops.len() + 1);
+    let mut i = 0;
+    while i < ops.len() {
+        let to_slot = writer == Some(i);
+        let step = match &ops[i] {
+            Op::Decode { mode, reduced } => {
+                let mode = *mode;
+                let region = match ops.get(i + 1).filter(|_| *reduced) {
+                    Some(Op::RandomResizedCrop { size, scale, ratio }) => {
+                        Some(Region::RandomResizedCrop {
+                            size: size.square(),
+                            scale: *scale,
+                            ratio: *ratio,
+                        })
+                    }
+                    Some(Op::Resize { size, max_size }) => Some(Region::Resize {
+                        size: *size,
+                        max_size: *max_size,
+                    }),
+                    _ => None,
+                };
+                match region {
+                    Some(region) => {
+                        i += 1;
+                        Step::DecodeRegion {
+                            mode,
+                            region,
+                            to_slot: writer == Some(i),
+                        }
+                    }
+                    None => Step::Decode { mode },
+                }
+            }
+            Op::Resize { size, max_size } => Step::Resize {
+                size: *size,
+                max_size: *max_size,
+                to_slot,
+            },
+            Op::CenterCrop { size } => Step::CenterCrop {
+                size: size.square(),
+                to_slot,
+            },
+            Op::RandomResizedCrop { size, scale, ratio } => Step::RandomResizedCrop {
+                size: size.square(),
+                scale: *scale,
+                ratio: *ratio,
+                to_slot,
+            },
+            Op::HorizontalFlip { p } => match (writer, slot) {
+                // Only flips follow the writer, so the slot holds the image as it is,
+                // `uint8 [H, W, C]`.
+                (Some(w), Some(slot)) if w < i => Step::FlipSlot {
+                    p: *p,
+                    width: slot.shape[1],
+                    channels: slot.shape[2],
+                },
+                _ => Step::Flip { p: *p },
+            },
+            Op::Normalize { mean, std } => {
+                let chw = matches!(ops.get(i + 1), Some(Op::Chw));
+                i += usize::from(chw);
+                Step::Normalize {
+                    mean: mean.clone(),
+                    std: std.clone(),
+                    chw,
+                    to_slot,
+                }
+            }
+            Op::Chw => Step::Chw,
+            Op::Cast { dtype } => {
+                Step::Cast(DType::from_str(dtype).expect("checked when the pipeline was built"))
+            }
+            Op::Label => Step::Label,
+            Op::Npy => Step::Npy,
+            Op::Text => Step::Text,
+            Op::Json => Step::Json,
+        };
+        steps.push(step);
+        i += 1;
+    }
+    if let Some(slot) = slot
+        && writer.is_none()
+    {
+        steps.push(Step::FillSlot(slot.clone()));
+    }
+    steps
+}
+
+/// Runs `steps` on `value`; `slot` is the field's batch slot, for plans that write into it.
+pub(super) fn run(
+    steps: &[Step],
+    mut value: Value,
+    rng: &mut SampleRng,
+    mut slot: Option<&mut [u8]>,
+) -> Result<Value, OpError> {
+    for step in steps {
+        value = step.run(value, rng, slot.as_deref_mut())?;
+    }
+    Ok(value)
+}
+
+impl Step {
+    fn name(&self) -> &'static str {
+        match self {
+            Step::Decode { .. } | Step::DecodeRegion { .. } => "decode",
+            Step::Resize { .. } => "resize",
+            Step::CenterCrop { .. } => "center_crop",
+            Step::RandomResizedCrop { .. } => "random_resized_crop",
+            Step::Flip { .. } | Step::FlipSlot { .. } => "horizontal_flip",
+            Step::Normalize { .. } => "normalize",
+            Step::Chw => "chw",
+            Step::Cast(_) => "cast",
+            Step::Label => "label",
+            Step::Npy => "npy",
+            Step::Text => "text",
+            Step::Json => "json",
+            Step::FillSlot(_) => "batch column",
+        }
+    }
+
+    /// A value or slot this step was not compiled for.
+    fn bug(&self) -> OpError {
+        OpError::wrong_input(
+            self.name(),
+            "got a value it does not take (a bug: the pipeline was checked)",
+        )
+    }
+
+    /// This step on `value`. A step with `to_slot` writes its output into `slot` and gives
+    /// [`Value::InSlot`].
+    fn run(
+        &self,
+        value: Value,
+        rng: &mut SampleRng,
+        slot: Option<&mut [u8]>,
+    ) -> Result<Value, OpError> {
+        Ok(match (self, value) {
+            (Step::Decode { mode }, Value::Bytes(b)) => {
+                Value::Image(image::decode(&b, *mode, None)?)
+            }
+            (
+                Step::DecodeRegion {
+                    mode,
+                    region,
+                    to_slot,
+                },
+                Value::Bytes(b),
+            ) => {
+                // The crop is drawn from the header's size: the same draw as after a decode.
+                let (h, w) = image::image_size(&b)?;
+                let (crop, out) = match *region {
+                    Region::RandomResizedCrop { size, scale, ratio } => (
+                        image::random_resized_crop_params(h, w, scale, ratio, rng),
+                        size,
+                    ),
+                    Region::Resize { size, max_size } => {
+                        let whole = image::Rect {
+                            top: 0,
+                            left: 0,
+                            height: h,
+                            width: w,
+                        };
+                        (whole, resize_to(size, max_size, h, w))
+                    }
+                };
+                decode_crop_resize(&b, *mode, (h, w), crop, out, slot.filter(|_| *to_slot))?
+            }
+            (
+                Step::Resize {
+                    size,
+                    max_size,
+                    to_slot,
+                },
+                Value::Image(img),
+            ) => {
+                let out = resize_to(*size, *max_size, img.height, img.width);
+                resized(&img, None, out, slot.filter(|_| *to_slot))?
+            }
+            (Step::CenterCrop { size, to_slot }, Value::Image(img)) => {
+                let (ch, cw) = *size;
+                let (top, left) = image::center_crop_offsets(img.height, img.width, ch, cw);
+                let cropped = img.padded_crop(top, left, ch, cw);
+                match slot.filter(|_| *to_slot) {
+                    Some(dst) => {
+                        dst.copy_from_slice(&cropped.data);
+                        Value::InSlot
+                    }
+                    None => Value::Image(cropped),
+                }
+            }
+            (
+                Step::RandomResizedCrop {
+                    size,
+                    scale,
+                    ratio,
+                    to_slot,
+                },
+                Value::Image(img),
+            ) => {
+                let crop =
+                    image::random_resized_crop_params(img.height, img.width, *scale, *ratio, rng);
+                resized(&img, Some(crop), *size, slot.filter(|_| *to_slot))?
+            }
+            (Step::Flip { p }, Value::Image(mut img)) => {
+                if rng.chance(*p) {
+                    img.flip_horizontal();
+                }
+                Value::Image(img)
+            }
+            (Step::FlipSlot { p, width, channels }, Value::InSlot) => {
+                if rng.chance(*p)
+                    && let Some(dst) = slot
+                {
+                    image::flip_horizontal(dst, *width, *channels);
+                }
+                Value::InSlot
+            }
+            (
+                Step::Normalize {
+                    mean,
+                    std,
+                    chw,
+                    to_slot,
+                },
+                Value::Image(img),
+            ) => {
+                let c = img.channels;
+                if mean.len() != c && mean.len() != 1 {
+                    return Err(OpError::wrong_input(
+                        "normalize",
+                        format!("{} means for an image of {c} channels", mean.len()),
+                    ));
+                }
+                let (h, w) = (img.height, img.width);
+                match slot.filter(|_| *to_slot) {
+                    Some(dst) => {
+                        normalize(&img, mean, std, *chw, |at, v| {
+                            dst[at * 4..at * 4 + 4].copy_from_slice(&v.to_le_bytes());
+                        });
+                        Value::InSlot
+                    }
+                    None => {
+                        let mut data = vec![0f32; h * w * c];
+                        normalize(&img, mean, std, *chw, |at, v| data[at] = v);
+                        if *chw {
+                            Value::Array(float_array(vec![c, h, w], &data))
+                        } else {
+                            Value::Float { h, w, c, data }
+                        }
+                    }
+                }
+            }
+            (Step::Chw, Value::Image(img)) => Value::Array(Array::new(
+                DType::U8,
+                vec![img.channels, img.height, img.width],
+                hwc_to_chw(&img.data, img.height, img.width, img.channels, 1).into(),
+            )),
+            (Step::Chw, Value::Float { h, w, c, data }) => {
+                let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+                Value::Array(Array::new(
+                    DType::F32,
+                    vec![c, h, w],
+                    hwc_to_chw(&bytes, h, w, c, 4).into(),
+                ))
+            }
+            (Step::Chw, Value::Array(a)) => {
+                let [h, w, c] = a.shape[..] else {
+                    return Err(OpError::wrong_input(
+                        "chw",
+                        format!("needs [H, W, C], the array is {:?}", a.shape),
+                    ));
+                };
+                let size = a.dtype.size();
+                let data = hwc_to_chw(&a.data, h, w, c, size);
+                let mut out = Array::new(a.dtype, vec![c, h, w], data.into());
+                out.cast = a.cast;
+                Value::Array(out)
+            }
+            (Step::Cast(dtype), Value::Image(img)) => cast(image_array(img), *dtype),
+            (Step::Cast(dtype), Value::Float { h, w, c, data }) => {
+                cast(float_array(vec![h, w, c], &data), *dtype)
+            }
+            (Step::Cast(dtype), Value::Array(a)) => cast(a, *dtype),
+            (Step::Label, Value::Bytes(b)) => Value::Array(Array::scalar_i64(parse_label(&b)?)),
+            (Step::Npy, Value::Bytes(b)) => {
+                let (header, data) =
+                    chute_core::npy::read_npy(&b, "the field").map_err(|e| OpError::BadNpy {
+                        kind: e.corruption().unwrap_or(Corruption::Malformed),
+                        reason: e.to_string(),
+                    })?;
+                let start = data.as_ptr() as usize - b.as_ptr() as usize;
+                Value::Array(Array::new(
+                    header.dtype(),
+                    header.shape().to_vec(),
+                    b.slice(start..start + data.len()),
+                ))
+            }
+            (Step::Text, Value::Bytes(b)) => {
+                std::str::from_utf8(&b).map_err(|source| OpError::NotUtf8 { source })?;
+                Value::Text(b)
+            }
+            (Step::Json, Value::Bytes(b)) => json_value(&b)?,
+            (Step::FillSlot(column), value) if !matches!(value, Value::InSlot) => {
+                let Some(dst) = slot else {
+                    return Err(self.bug());
+                };
+                let mut tmp = Sample::new(0);
+                tmp.set(FieldName::Owned(column.name.clone()), into_field(value));
+                column
+                    .fill_from(&mut tmp, dst)
+                    .map_err(|e| OpError::wrong_input("batch column", e.to_string()))?;
+                Value::InSlot
+            }
+            (step, _) => return Err(step.bug()),
+        })
+    }
+}
+
+/// The output size of `resize` for an `h` x `w` image.
+fn resize_to(size: Size, max_size: Option<usize>, h: usize, w: usize) -> (usize, usize) {
+    match size {
+        Size::One(n) => image::resize_shorter(h, w, n, max_size),
+        Size::Two([h, w]) => (h, w),
+    }
+}
+
+/// `img` (its region `crop`, if given) resized to `(oh, ow)`: into `dst` if given, otherwise
+/// as a new image.
+fn resized(
+    img: &Image,
+    crop: Option<image::Rect>,
+    (oh, ow): (usize, usize),
+    dst: Option<&mut [u8]>,
+) -> Result<Value, OpError> {
+    match dst {
+        Some(dst) => {
+            img.resize_into(crop, oh, ow, dst)?;
+            Ok(Value::InSlot)
+        }
+        None => Ok(Value::Image(img.resize(crop, oh, ow)?)),
+    }
+}
+
+/// A final value as a sample field.
+pub(super) fn into_field(value: Value) -> Field {
+    match value {
+        Value::Bytes(b) => Field::Bytes(b),
+        Value::Text(b) => Field::Text(b),
+        Value::Array(a) => Field::Array(a),
+        Value::Image(img) => Field::Array(image_array(img)),
+        Value::Float { h, w, c, data } => Field::Array(float_array(vec![h, w, c], &data)),
+        Value::InSlot => unreachable!("values in a slot are never fields"),
+    }
+}
+
+/// An image as a `uint8 [H, W, C]` array.
+fn image_array(img: Image) -> Array {
+    Array::new(
+        DType::U8,
+        vec![img.height, img.width, img.channels],
+        img.data.into(),
+    )
+}
+
+/// `a`, to be cast to `dtype` in the batch.
+fn cast(mut a: Array, dtype: DType) -> Value {
+    a.cast = Some(dtype);
+    Value::Array(a)
+}
+
+fn float_array(shape: Vec<usize>, data: &[f32]) -> Array {
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    Array::new(DType::F32, shape, bytes.into())
+}
+
+/// Decodes `data` (an `h` x `w` image) and resizes its region `crop` to `out`, letting the
+/// decoder work at a reduced size and on the crop's region alone where it can. With `dst`,
+/// the result goes there (a batch slot) instead of into a new image.
+fn decode_crop_resize(
+    data: &[u8],
+    mode: ColorMode,
+    (h, w): (usize, usize),
+    crop: image::Rect,
+    (oh, ow): (usize, usize),
+    dst: Option<&mut [u8]>,
+) -> Result<Value, OpError> {
+    let jpeg = image::sniff(data) == Some(image::ImageFormat::Jpeg);
+    let decoded = if jpeg {
+        crate::jpeg::decode_crop(data, mode, (h, w), crop, (oh, ow))?
+    } else {
+        None
+    };
+    let (img, at) = match decoded {
+        Some(decoded) => decoded,
+        None => {
+            let img = image::decode(data, mode, None)?;
+            let at = [
+                crop.top as f64,
+                crop.left as f64,
+                crop.height as f64,
+                crop.width as f64,
+            ];
+            (img, at)
+        }
+    };
+    let c = img.channels;
+    let resize_into = |dst: &mut [u8]| {
+        if at.iter().all(|v| v.fract() == 0.0) {
+            let rect = image::Rect {
+                top: at[0] as usize,
+                left: at[1] as usize,
+                height: at[2] as usize,
+                width: at[3] as usize,
+            };
+            img.resize_into(Some(rect), oh, ow, dst)
+        } else {
+            img.resize_f_into(at, oh, ow, dst)
+        }
+    };
+    match dst {
+        Some(dst) => {
+            resize_into(dst)?;
+            Ok(Value::InSlot)
+        }
+        None => {
+            let mut out = Image::zeros(oh, ow, c);
+            resize_into(&mut out.data)?;
+            Ok(Value::Image(out))
+        }
+    }
+}
+
+/// `ToTensor` + `Normalize`: `(x / 255 - mean) / std` per channel, as one multiply-add per
+/// value; `put(index, value)` receives each value at its `[H, W, C]` (or `[C, H, W]`) index.
+fn normalize(img: &Image, mean: &[f32], std: &[f32], chw: bool, mut put: impl FnMut(usize, f32)) {
+    let c = img.channels;
+    let (scale, shift): (Vec<f32>, Vec<f32>) = (0..c)
+        .map(|k| {
+            let (m, s) = if mean.len() == 1 {
+                (mean[0], std[0])
+            } else {
+                (mean[k], std[k])
+            };
+            (1.0 / (255.0 * s), -m / s)
+        })
+        .unzip();
+    let plane = img.height * img.width;
+    for (p, px) in img.data.chunks_exact(c).enumerate() {
+        for k in 0..c {
+            let at = if chw { k * plane + p } else { p * c + k };
+            put(at, f32::from(px[k]) * scale[k] + shift[k]);
+        }
+    }
+}
+
+/// `[H, W, C]` elements of `size` bytes to `[C, H, W]`.
+fn hwc_to_chw(data: &[u8], h: usize, w: usize, c: usize, size: usize) -> Vec<u8> {
+    let mut out = vec![0u8; data.len()];
+    let plane = h * w * size;
+    for (p, px) in data.chunks_exact(c * size).enumerate() {
+        for k in 0..c {
+            let dst = k * plane + p * size;
+            out[dst..dst + size].copy_from_slice(&px[k * size..(k + 1) * size]);
+        }
+    }
+    out
+}
+
+/// An integer label from bytes such as `b"3"` or `b" 7\n"`.
+fn parse_label(b: &[u8]) -> Result<i64, OpError> {
+    let text = String::from_utf8_lossy(b);
+    text.trim().parse::<i64>().map_err(|_| OpError::BadLabel {
+        label: text.chars().take(40).collect(),
+    })
+}
+
+fn json_value(b: &[u8]) -> Result<Value, OpError> {
+    use serde_json::Value as J;
+    let bad = |reason: String| OpError::BadJson { reason };
+    let v: J = serde_json::from_slice(b).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let numbers = |items: &[J]| -> Option<Value> {
+        if items.iter().all(J::is_i64) {
+            let data: Vec<u8> = items
+                .iter()
+                .flat_map(|x| x.as_i64().unwrap_or_default().to_le_bytes())
+                .collect();
+            Some(Value::Array(Array::new(
+                DType::I64,
+                vec![items.len()],
+                data.into(),
+            )))
+        } else if items.iter().all(J::is_number) {
+            let data: Vec<u8> = items
+                .iter()
+                .flat_map(|x| x.as_f64().unwrap_or(f64::NAN).to_le_bytes())
+                .collect();
+            Some(Value::Array(Array::new(
+                DType::F64,
+                vec![items.len()],
+                data.into(),
+            )))
+        } else {
+            None
+        }
+    };
+    match &v {
+        J::Number(n) if n.is_i64() => Ok(Value::Array(Array::scalar_i64(n.as_i64().unwrap_or(0)))),
+        J::Number(n) => Ok(Value::Array(Array::new(
+            DType::F64,
+            Vec::new(),
+            Bytes::copy_from_slice(&n.as_f64().unwrap_or(f64::NAN).to_le_bytes()),
+        ))),
+        J::Bool(x) => Ok(Value::Array(Array::new(
+            DType::Bool,
+            Vec::new(),
+            Bytes::copy_from_slice(&[u8::from(*x)]),
+        ))),
+        J::String(s) => Ok(Value::Text(Bytes::copy_from_slice(s.as_bytes()))),
+        J::Array(items) => numbers(items).ok_or_else(|| {
+            bad("a JSON list that is not all numbers; a batch column needs numbers".into())
+        }),
+        _ => Err(bad(
+            "a JSON object or null; json gives numbers, lists of numbers or strings (keep the \
+             field as bytes and parse it in a transform of your own)"
+                .into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ops(json: &str) -> Vec<Op> {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn column(shape: &[usize], dtype: DType) -> Slot {
+        Slot {
+            name: "x".into(),
+            dtype,
+            shape: shape.to_vec(),
+        }
+    }
+
+    #[test]
+    fn fusions_are_decided_when_compiled() {
+        let imagenet = ops(
+            r#"[{"op": "decode"}, {"op": "random_resized_crop", "size": 8},
+                {"op": "horizontal_flip"}, {"op": "normalize", "mean": [0.5], "std": [0.5]},
+                {"op": "chw"}]"#,
+        );
+        let normalize = |to_slot| Step::Normalize {
+            mean: vec![0.5],
+            std: vec![0.5],
+            chw: true,
+            to_slot,
+        };
+        let region = |to_slot| Step::DecodeRegion {
+            mode: ColorMode::Rgb,
+            region: Region::RandomResizedCrop {
+                size: (8, 8),
+                scale: [0.08, 1.0],
+                ratio: [0.75, 4.0 / 3.0],
+            },
+            to_slot,
+        };
+        assert_eq!(
+            compile(&imagenet, None),
+            [region(false), Step::Flip { p: 0.5 }, normalize(false)]
+        );
+        let slot = column(&[3, 8, 8], DType::F32);
+        assert_eq!(
+            compile(&imagenet, Some(&slot)),
+            [region(false), Step::Flip { p: 0.5 }, normalize(true)]
+        );
+        // The fused decode writes into the slot; the flip after it flips the slot.
+        let crop = ops(
+            r#"[{"op": "decode"}, {"op": "random_resized_crop", "size": 8},
+                {"op": "horizontal_flip"}]"#,
+        );
+        let flip_slot = Step::FlipSlot {
+            p: 0.5,
+            width: 8,
+            channels: 3,
+        };
+        let slot = column(&[8, 8, 3], DType::U8);
+        assert_eq!(
+            compile(&crop, Some(&slot)),
+            [region(true), flip_slot.clone()]
+        );
+        // Without `reduced`, the crop is a step of its own, and it writes into the slot.
+        let full = ops(
+            r#"[{"op": "decode", "reduced": false}, {"op": "random_resized_crop", "size": 8},
+                {"op": "horizontal_flip"}]"#,
+        );
+        assert_eq!(
+            compile(&full, Some(&slot))[..2],
+            [
+                Step::Decode {
+                    mode: ColorMode::Rgb
+                },
+                Step::RandomResizedCrop {
+                    size: (8, 8),
+                    scale: [0.08, 1.0],
+                    ratio: [0.75, 4.0 / 3.0],
+                    to_slot: true
+                }
+            ]
+        );
+        // No step can write a label into its slot: the value is converted at the end.
+        let slot = column(&[], DType::I64);
+        assert_eq!(
+            compile(&ops(r#"[{"op": "label"}]"#), Some(&slot)),
+            [Step::Label, Step::FillSlot(slot.clone())]
+        );
+    }
+}
