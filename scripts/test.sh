@@ -57,11 +57,11 @@ echo "== python: pip install . into .venv"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-# jax (CPU, ~100 MB) for the JAX DLPack test; mypy for the stub check; webdataset and pyarrow
-# write the files the interop tests read. torch only on request
+# jax (CPU, ~100 MB) for the JAX DLPack test; mypy for the stub check; webdataset, pyarrow and
+# Hugging Face datasets write the files the interop tests read. torch only on request
 # (below): its PyPI wheel pulls ~3 GB of CUDA libraries, and without it its tests skip, saying so.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest jax mypy \
-  webdataset pyarrow pillow
+  webdataset pyarrow pillow datasets
 # CHUTE_TEST_TORCH=1 (set by .ci/run) also installs torch so its tests run (DataLoader,
 # from_dlpack, Stateful). Best effort: if the ~3 GB download fails, those tests skip and say so.
 if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then

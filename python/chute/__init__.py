@@ -17,8 +17,10 @@ resumable from a ``state_dict`` of a few integers, split exactly across ranks.
 
 Public names: ``Loader``; ``dataset`` (any format: files, URLs, brace patterns, globs,
 folders, a ``manifest.json``) and, with the format fixed, ``tokens``, ``webdataset``,
-``tfrecord`` and ``parquet`` (every format may be read from URLs: ``s3://``, ``gs://``,
-``az://``, ``http(s)://``); ``set_remote_options`` and ``io_stats`` for those; ``Source``,
+``tfrecord``, ``parquet`` and ``arrow`` (Arrow IPC files and streams, or a pyarrow table or
+Polars frame in memory; every format may be read from URLs: ``s3://``, ``gs://``,
+``az://``, ``http(s)://``); a Hugging Face ``datasets.Dataset`` passed to ``Loader`` is read
+natively from its Arrow table; ``set_remote_options`` and ``io_stats`` for those; ``Source``,
 ``Tensor`` and the exceptions
 ``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``.
 """
@@ -27,6 +29,7 @@ from ._chute import (
     Source,
     Tensor,
     __version__,
+    arrow,
     dataset,
     io_stats,
     parquet,
@@ -47,6 +50,7 @@ __all__ = [
     "StateError",
     "Tensor",
     "__version__",
+    "arrow",
     "dataset",
     "io_stats",
     "parquet",

@@ -8,6 +8,8 @@ __all__ = [
     "Source",
     "Tensor",
     "__version__",
+    "arrow",
+    "arrow_table",
     "dataset",
     "io_stats",
     "map_dataset",
@@ -27,7 +29,7 @@ _DType = Any  # a numpy dtype name ("uint16"), a numpy dtype or a numpy scalar t
 @final
 class Source:
     """A dataset chute can load (``chute.dataset``, ``tokens``, ``webdataset``, ``tfrecord``,
-    ``parquet``)."""
+    ``parquet``, ``arrow``)."""
 
     def __len__(self) -> int: ...
     @property
@@ -54,7 +56,8 @@ def dataset(
 ) -> Source:
     """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
     its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
-    "tfrecord", "parquet") detected from the manifest or the extensions unless given."""
+    "tfrecord", "parquet", "arrow") detected from the manifest or the extensions unless
+    given."""
 
 def map_dataset(
     dataset: Any, worker_init_fn: Optional[Callable[[int], Any]] = None, num_workers: int = 0
@@ -111,6 +114,29 @@ def parquet(
 ) -> Source:
     """Parquet files, paths or URLs (downloaded whole when opened): projected columns; numeric
     ``[B]``, fixed-size lists ``[B, k]``."""
+
+def arrow(
+    data: Any,
+    *,
+    columns: Optional[Sequence[str]] = None,
+    chunk_rows: Optional[int] = None,
+) -> Source:
+    """Arrow IPC files or streams (paths or URLs, folders, globs, manifests; memory-mapped), or
+    Arrow data in memory (anything with ``__arrow_c_stream__``: a pyarrow ``Table``, a Polars
+    ``DataFrame``), read in place: numbers and bools ``[B]``, fixed-size lists ``[B, k]``,
+    lists of numbers one array per sample, binary and strings lists."""
+
+def arrow_table(
+    data: Any,
+    *,
+    indices: Optional[bytes] = None,
+    columns: Optional[Sequence[str]] = None,
+    chunk_rows: Optional[int] = None,
+    name: str = "arrow",
+) -> Source:
+    """Arrow data in memory (``__arrow_c_stream__``) as a source, with an optional row mapping
+    (little-endian uint64 bytes: sample ``i`` is row ``indices[i]``); what ``chute.Loader``
+    uses for a Hugging Face dataset."""
 
 @final
 class Tensor:

@@ -39,7 +39,13 @@ class Loader:
 
     ``source`` is a chute source (``chute.dataset(...)``, ``chute.tokens(...)``, ...) or any
     map-style dataset (``__len__`` and ``__getitem__``: a ``torch.utils.data.Dataset``, a
-    list, a numpy array). A dataset's ``__getitem__`` runs on the worker threads with the GIL
+    list, a numpy array). A Hugging Face ``datasets.Dataset`` is read natively instead, from
+    its Arrow table (memory-mapped cache files) and indices mapping, with no Python per row
+    (unless it has a ``set_transform``): numbers, bools and fixed-length sequences become
+    arrays, variable-length sequences (token ids) lists of arrays (or padded, with ``pad``),
+    strings and binaries lists, ``Image``/``Audio`` columns their encoded bytes (decode them
+    with ``transforms``); ``with_format("torch")`` gives torch tensors and its ``columns``
+    select. A dataset's ``__getitem__`` runs on the worker threads with the GIL
     held (what it does without the GIL, such as PIL decoding, numpy, torch ops and file reads,
     runs in parallel); indices come from chute's plan, so every guarantee below holds. Its
     samples are collated as ``torch.utils.data.default_collate`` does: sample 0 (read when
@@ -163,6 +169,16 @@ class Loader:
                 f"source must be a chute source or a dataset object, got the path {source!r}; "
                 "open it with chute.dataset(path) first"
             )
+        elif (hf := _hf_arrow(source)) is not None:
+            hf_format = source.format.get("type")
+            source = hf
+            if output is None and hf_format in ("torch", "jax"):
+                output = hf_format
+            if worker_init_fn is not None:
+                raise ConfigError(
+                    "invalid worker_init_fn: this Hugging Face dataset is read natively from its "
+                    "Arrow table, with no Python code per worker"
+                )
         elif _is_map_style(source):
             # A bad num_workers is reported by the engine, naming the option.
             source = _chute.map_dataset(source, worker_init_fn, max(int(num_workers), 0))
@@ -400,6 +416,29 @@ def _refuse_dataloader_only(sampler: Any, batch_sampler: Any, context: Any, coll
             "torch.utils.data.default_collate does (dicts, tuples, lists, namedtuples of "
             "arrays, tensors, numbers, str, bytes, None); post-process the batch in your loop"
         )
+
+
+def _hf_arrow(obj: Any) -> "Optional[_chute.Source]":
+    """A Hugging Face ``datasets.Dataset`` as a native source over its Arrow table (the
+    cache files' memory maps, or the table in memory) and its indices mapping (``shuffle()``,
+    ``select()``), with no Python per row; ``None`` for anything else, and for datasets with
+    a Python transform (``set_transform``/``with_transform``), which must run per row."""
+    datasets = sys.modules.get("datasets")
+    if datasets is None or not isinstance(obj, datasets.Dataset):
+        return None
+    fmt = obj.format
+    if fmt.get("type") == "custom":
+        return None
+    indices = None
+    if obj._indices is not None:
+        column = obj._indices.column(0)
+        indices = numpy.asarray(column.to_numpy(), dtype="<u8").tobytes()
+    files = [f.get("filename") for f in obj.cache_files]
+    name = files[0] if files else f"datasets.Dataset({obj.info.dataset_name or 'in memory'})"
+    columns = fmt.get("columns")
+    if fmt.get("output_all_columns"):
+        columns = None
+    return _chute.arrow_table(obj.data.table, indices=indices, columns=columns, name=str(name))
 
 
 def _is_map_style(obj: Any) -> bool:

@@ -10,8 +10,9 @@
 //!   between polls; rebuilds its threads after `fork()`.
 //! - `Tensor` (`tensor.rs`): one batch column, owning chute's pooled buffer, exposed
 //!   without copies through `__array_interface__` (numpy) and `__dlpack__` (`dlpack.rs`).
-//! - `Source` (`source.rs`): an opened dataset (`tokens`, `webdataset`, `tfrecord`, `parquet`);
-//!   WebDataset and TFRecord shards may be URLs.
+//! - `Source` (`source.rs`): an opened dataset (`dataset` for any format, `tokens`,
+//!   `webdataset`, `tfrecord`, `parquet`; `arrow_table` for Arrow data in memory through the
+//!   C stream interface); shards may be URLs.
 //! - `set_remote_options`, `io_stats` (`remote.rs`): how URLs are read, and what it cost.
 //! - `PyTransform` (`transform.rs`): a Python callable as a chute transform, run on
 //!   the worker threads under the GIL.
@@ -38,7 +39,9 @@ mod _chute {
     #[pymodule_export]
     use crate::remote::{io_stats, set_remote_options};
     #[pymodule_export]
-    use crate::source::{Source, dataset, parquet, tfrecord, tokens, webdataset};
+    use crate::source::{
+        Source, arrow, arrow_table, dataset, parquet, tfrecord, tokens, webdataset,
+    };
     #[pymodule_export]
     use crate::tensor::Tensor;
 

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chute::DType;
+use chute::formats::ipc::{ArrowOptions, ArrowSource};
 use chute::formats::{Dataset, Format, IndexMode, OpenOptions};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyCapsule, PyString};
 
 use crate::dataset::MapDataset;
 use crate::errors;
@@ -55,8 +56,8 @@ impl Source {
             .collect()
     }
 
-    /// The format: `"tokens"`, `"webdataset"`, `"tfrecord"`, `"parquet"`, or `"python"` for a
-    /// map-style Python dataset.
+    /// The format: `"tokens"`, `"webdataset"`, `"tfrecord"`, `"parquet"`, `"arrow"`, or
+    /// `"python"` for a map-style Python dataset.
     #[getter]
     fn format(&self) -> &'static str {
         self.format
@@ -235,6 +236,80 @@ pub(crate) fn parquet(
         ..Default::default()
     };
     open(py, urls, options)
+}
+
+/// Arrow IPC files or streams (`.arrow`, `.arrows`, `.feather`: what pyarrow, Polars, Ray
+/// and Hugging Face `datasets` write), what `chute.dataset` takes (paths or URLs, brace
+/// patterns, globs, folders such as a `save_to_disk` folder, manifests), read as Arrow and
+/// memory-mapped; or Arrow data in memory (anything with `__arrow_c_stream__`: a pyarrow
+/// `Table`, a Polars `DataFrame`), read in place. `columns` projects (default: all); numbers
+/// and bools come out as `[B]`, fixed-size lists as `[B, k]`, lists of numbers as one array
+/// per sample (or padded, with the loader's `pad`), binary and string columns as lists.
+/// Record batches are split into shards of at most `chunk_rows` rows (default 16,384).
+#[pyfunction]
+#[pyo3(signature = (data, *, columns=None, chunk_rows=None))]
+pub(crate) fn arrow(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    columns: Option<Vec<String>>,
+    chunk_rows: Option<usize>,
+) -> PyResult<Source> {
+    if data.hasattr("__arrow_c_stream__")? {
+        let name = data.get_type().name()?.to_string();
+        return arrow_table(py, data, None, columns, chunk_rows, &name);
+    }
+    let options = OpenOptions {
+        format: Some(Format::Arrow),
+        columns,
+        chunk_rows,
+        ..Default::default()
+    };
+    open(py, data, options)
+}
+
+/// Arrow data in memory as a source, without a copy: `data` is anything with
+/// `__arrow_c_stream__` (a pyarrow `Table` or `RecordBatchReader`, a Polars `DataFrame`, the
+/// table behind a Hugging Face dataset, memory-mapped from its cache files). `indices`, the
+/// little-endian `uint64` bytes of a row mapping (sample `i` is row `indices[i]`, a Hugging
+/// Face dataset after `shuffle()` or `select()`), is applied when given. `columns` projects,
+/// `chunk_rows` sizes shards (default 16,384), `name` names the data in errors.
+#[pyfunction]
+#[pyo3(signature = (data, *, indices=None, columns=None, chunk_rows=None, name="arrow"))]
+pub(crate) fn arrow_table(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    indices: Option<&[u8]>,
+    columns: Option<Vec<String>>,
+    chunk_rows: Option<usize>,
+    name: &str,
+) -> PyResult<Source> {
+    let capsule = data.call_method0("__arrow_c_stream__")?;
+    let capsule = capsule.cast::<PyCapsule>()?;
+    let stream = capsule.pointer_checked(Some(c"arrow_array_stream"))?;
+    let indices = indices.map(|b| {
+        b.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect::<Vec<u64>>()
+    });
+    let options = ArrowOptions {
+        columns,
+        chunk_rows,
+    };
+    let stream = stream.as_ptr() as usize;
+    let inner = py
+        .detach(|| {
+            // SAFETY: the capsule holds an unreleased `ArrowArrayStream` (its name says so);
+            // the source takes it over, leaving it released for the capsule's destructor.
+            unsafe {
+                ArrowSource::from_c_stream(stream as *mut std::ffi::c_void, indices, name, options)
+            }
+        })
+        .map_err(errors::to_py)?;
+    Ok(Source {
+        inner: Arc::new(inner),
+        format: Format::Arrow.name(),
+        dataset: None,
+    })
 }
 
 /// A dtype argument (`"uint16"`, `"int64"`, a numpy dtype or type: anything whose `str()` or

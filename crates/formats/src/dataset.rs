@@ -57,24 +57,29 @@ pub enum Format {
     TfRecord,
     /// Apache Parquet (`.parquet`, `.pq`).
     Parquet,
+    /// Apache Arrow IPC files and streams (`.arrow`, `.arrows`, `.feather`, `.ipc`), such as
+    /// a Hugging Face `save_to_disk` folder's.
+    Arrow,
 }
 
 impl Format {
     /// Every format, in the order they are listed in messages.
-    pub const ALL: [Format; 4] = [
+    pub const ALL: [Format; 5] = [
         Format::Tokens,
         Format::WebDataset,
         Format::TfRecord,
         Format::Parquet,
+        Format::Arrow,
     ];
 
-    /// The format's name: `tokens`, `webdataset`, `tfrecord` or `parquet`.
+    /// The format's name: `tokens`, `webdataset`, `tfrecord`, `parquet` or `arrow`.
     pub const fn name(self) -> &'static str {
         match self {
             Format::Tokens => "tokens",
             Format::WebDataset => "webdataset",
             Format::TfRecord => "tfrecord",
             Format::Parquet => "parquet",
+            Format::Arrow => "arrow",
         }
     }
 
@@ -86,6 +91,7 @@ impl Format {
             Format::WebDataset => &["tar"],
             Format::TfRecord => &["tfrecord", "tfrecords", "tfrec"],
             Format::Parquet => &["parquet", "pq"],
+            Format::Arrow => &["arrow", "arrows", "feather", "ipc"],
         }
     }
 
@@ -153,9 +159,10 @@ pub struct OpenOptions {
     pub token_dtype: Option<DType>,
     /// Token files: the dtype of the batch tensor (default `int64`).
     pub out_dtype: DType,
-    /// Parquet columns or TFRecord features to read, in this order (default: all).
+    /// Parquet or Arrow columns, or TFRecord features, to read, in this order (default: all).
     pub columns: Option<Vec<String>>,
-    /// Parquet: rows per shard (row groups are split into chunks of this many rows).
+    /// Parquet and Arrow: rows per shard (row groups and record batches are split into
+    /// chunks of this many rows).
     pub chunk_rows: Option<usize>,
     /// Tar and TFRecord: where shard indexes come from.
     pub index: IndexMode,
@@ -283,6 +290,7 @@ impl Dataset {
                 Arc::new(TfRecordSource::open(files, opts)?)
             }
             Format::Parquet => open_parquet(files, options)?,
+            Format::Arrow => open_arrow(files, options)?,
         })
     }
 
@@ -379,6 +387,24 @@ fn stale(recorded: &Manifest, opened: &Manifest) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(feature = "arrow")]
+fn open_arrow(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    let opts = crate::ipc::ArrowOptions {
+        columns: options.columns.clone(),
+        chunk_rows: options.chunk_rows,
+    };
+    Ok(Arc::new(crate::ipc::ArrowSource::open(files, opts)?))
+}
+
+#[cfg(not(feature = "arrow"))]
+fn open_arrow(_: &[PathBuf], _: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    Err(ConfigError::new(
+        "format",
+        "arrow: this build of chute has no Arrow IPC support (the cargo feature `arrow`)",
+    )
+    .into())
 }
 
 #[cfg(feature = "parquet")]

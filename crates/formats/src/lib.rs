@@ -13,6 +13,9 @@
 //!   DALI-format index files, GZIP streaming; a hand-written `tf.train.Example` codec.
 //! - `parquet` (feature `parquet`): `ParquetSource` with projection and a columnar fast path,
 //!   `ParquetWriter`.
+//! - `ipc` (feature `arrow`): `ArrowSource` over Arrow IPC files and streams (memory-mapped,
+//!   decoded per record batch on first use), or over record batches handed over through the
+//!   Arrow C stream interface with a Hugging Face indices mapping.
 //! - [`open`], [`Dataset`], [`Format`], [`OpenOptions`]: the one way to open a dataset from
 //!   paths, URLs, brace patterns, globs, folders or a manifest, the format given or detected.
 //! - `check::check_reader` (feature `testing`): the conformance suite every reader passes.
@@ -46,10 +49,14 @@
 mod braces;
 #[cfg(any(test, feature = "testing"))]
 pub mod check;
+#[cfg(feature = "arrow")]
+mod columnar;
 mod dataset;
 pub mod example;
 mod ids;
 mod indexed;
+#[cfg(feature = "arrow")]
+pub mod ipc;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod tar;

@@ -16,28 +16,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
-    UInt32Type, UInt64Type,
-};
-use arrow_array::{
-    Array as ArrowArray, ArrayRef, BinaryArray, FixedSizeListArray, PrimitiveArray, RecordBatch,
-    StringArray,
-};
-use arrow_buffer::{OffsetBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field as ArrowField, Schema};
+use arrow_array::ArrayRef;
 use bytes::Bytes;
-use chute_core::{
-    Array, BufferPool, Column, ConfigError, DType, Error, Field, FieldName, Manifest, Sample,
-    ShardInfo, Source, Tensor, VarColumn,
-};
+use chute_core::{BufferPool, Column, ConfigError, Error, Manifest, Sample, ShardInfo, Source};
 use chute_io::AtomicFile;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 use parquet::arrow::arrow_writer::ArrowWriter;
+
+use crate::columnar::{self, Kind};
 
 /// How to read Parquet files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -59,87 +48,6 @@ const DEFAULT_CHUNK_ROWS: usize = 1 << 14;
 
 /// Default size of the decoded row-group cache.
 const DEFAULT_CACHE_BYTES: usize = 1 << 30;
-
-/// What a column becomes in a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// A numeric scalar per row: `[B]`.
-    Scalar(DType),
-    /// A fixed-size list of numbers per row: `[B, k]`.
-    List(DType, usize),
-    /// Bytes per row: variable-length.
-    Binary,
-    /// UTF-8 per row: variable-length.
-    Text,
-}
-
-fn numeric(dt: &DataType) -> Option<DType> {
-    Some(match dt {
-        DataType::Int8 => DType::I8,
-        DataType::Int16 => DType::I16,
-        DataType::Int32 => DType::I32,
-        DataType::Int64 => DType::I64,
-        DataType::UInt8 => DType::U8,
-        DataType::UInt16 => DType::U16,
-        DataType::UInt32 => DType::U32,
-        DataType::UInt64 => DType::U64,
-        DataType::Float32 => DType::F32,
-        DataType::Float64 => DType::F64,
-        _ => return None,
-    })
-}
-
-fn kind_of(field: &ArrowField, origin: &str) -> Result<Kind, Error> {
-    let dt = field.data_type();
-    if let Some(d) = numeric(dt) {
-        return Ok(Kind::Scalar(d));
-    }
-    match dt {
-        DataType::FixedSizeList(child, k) => match numeric(child.data_type()) {
-            Some(d) => Ok(Kind::List(d, *k as usize)),
-            None => Err(unsupported(field, origin)),
-        },
-        DataType::Binary => Ok(Kind::Binary),
-        DataType::Utf8 => Ok(Kind::Text),
-        _ => Err(unsupported(field, origin)),
-    }
-}
-
-fn unsupported(field: &ArrowField, origin: &str) -> Error {
-    ConfigError::new(
-        "columns",
-        format!(
-            "{origin}: column {:?} has type {}; chute reads integer and float columns, \
-             fixed-size lists of them, binary and string columns (project it away with \
-             columns=[...] or convert it)",
-            field.name(),
-            field.data_type()
-        ),
-    )
-    .into()
-}
-
-/// The little-endian bytes of a primitive array's values (no copy).
-fn primitive_bytes(a: &dyn ArrowArray) -> Option<&[u8]> {
-    fn raw<T: arrow_array::ArrowPrimitiveType>(a: &dyn ArrowArray) -> &[u8] {
-        let v: &[T::Native] = a.as_primitive::<T>().values();
-        // SAFETY: Arrow's native types are plain old data; the slice covers exactly the values.
-        unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-    }
-    Some(match a.data_type() {
-        DataType::Int8 => raw::<Int8Type>(a),
-        DataType::Int16 => raw::<Int16Type>(a),
-        DataType::Int32 => raw::<Int32Type>(a),
-        DataType::Int64 => raw::<Int64Type>(a),
-        DataType::UInt8 => raw::<UInt8Type>(a),
-        DataType::UInt16 => raw::<UInt16Type>(a),
-        DataType::UInt32 => raw::<UInt32Type>(a),
-        DataType::UInt64 => raw::<UInt64Type>(a),
-        DataType::Float32 => raw::<Float32Type>(a),
-        DataType::Float64 => raw::<Float64Type>(a),
-        _ => return None,
-    })
-}
 
 struct FileMeta {
     path: PathBuf,
@@ -215,29 +123,14 @@ impl ParquetSource {
                     Error::corrupt(&origin, 0, format!("not a readable Parquet file: {e}"))
                 })?;
             let schema = meta.schema().clone();
-            let indices: Vec<usize> = match &options.columns {
-                None => (0..schema.fields().len()).collect(),
-                Some(cols) => cols
-                    .iter()
-                    .map(|c| {
-                        schema.index_of(c).map_err(|_| {
-                            let have: Vec<&str> =
-                                schema.fields().iter().map(|f| f.name().as_str()).collect();
-                            Error::from(ConfigError::new(
-                                "columns",
-                                format!("{origin} has no column {c:?}; it has {have:?}"),
-                            ))
-                        })
-                    })
-                    .collect::<Result<_, _>>()?,
-            };
+            let indices = columnar::projection(&schema, options.columns.as_deref(), &origin)?;
             let these: Vec<String> = indices
                 .iter()
                 .map(|&i| schema.field(i).name().clone())
                 .collect();
             let these_kinds: Vec<Kind> = indices
                 .iter()
-                .map(|&i| kind_of(schema.field(i), &origin))
+                .map(|&i| columnar::kind_of(schema.field(i), &origin))
                 .collect::<Result<_, _>>()?;
             if fi == 0 {
                 (names, kinds) = (these, these_kinds);
@@ -399,18 +292,16 @@ impl ParquetSource {
                 ));
             }
         };
-        // An array whose length and offsets the gathers can trust.
-        let col = batch.column(0).clone();
-        if batch.num_columns() != 1 || col.len() != rows {
+        if batch.num_columns() != 1 {
             return Err(format!(
-                "row group {gi}: column {name:?} has {} values for {rows} rows",
-                col.len()
+                "row group {gi}: column {name:?} decoded into several"
             ));
         }
-        col.to_data()
-            .validate_full()
-            .map_err(|e| format!("row group {gi}: column {name:?} is corrupt: {e}"))?;
-        Ok(col)
+        columnar::checked(
+            batch.column(0).clone(),
+            rows,
+            &format!("row group {gi}: column {name:?}"),
+        )
     }
 
     fn null_error(&self, g: usize, row: usize, col: usize) -> Error {
@@ -440,45 +331,11 @@ impl Source for ParquetSource {
     }
 
     fn read(&self, id: u64) -> Result<Sample, Error> {
-        let (shard, row) = self.locate(id)?;
-        let rg = self.group(shard)?;
-        let mut sample = Sample::new(id);
-        for (c, (name, kind)) in self.names.iter().zip(&self.kinds).enumerate() {
-            let col = &rg[c];
-            if col.is_null(row) {
-                return Err(self.null_error(shard, row, c));
-            }
-            let field = match kind {
-                Kind::Scalar(d) => {
-                    let raw = primitive_bytes(col.as_ref()).expect("numeric column");
-                    let s = d.size();
-                    Field::Array(Array::new(
-                        *d,
-                        vec![],
-                        Bytes::copy_from_slice(&raw[row * s..(row + 1) * s]),
-                    ))
-                }
-                Kind::List(d, k) => {
-                    let list = col.as_fixed_size_list();
-                    let raw = primitive_bytes(list.values().as_ref()).expect("numeric list");
-                    let s = d.size() * k;
-                    let start = list.value_offset_at(row) * d.size();
-                    Field::Array(Array::new(
-                        *d,
-                        vec![*k],
-                        Bytes::copy_from_slice(&raw[start..start + s]),
-                    ))
-                }
-                Kind::Binary => {
-                    Field::Bytes(Bytes::copy_from_slice(col.as_binary::<i32>().value(row)))
-                }
-                Kind::Text => Field::Text(Bytes::copy_from_slice(
-                    col.as_string::<i32>().value(row).as_bytes(),
-                )),
-            };
-            sample.fields.push((FieldName::Owned(name.clone()), field));
-        }
-        Ok(sample)
+        let (g, row) = self.locate(id)?;
+        let rg = self.group(g)?;
+        columnar::sample_at(id, &self.names, &self.kinds, &rg, row, |c| {
+            self.null_error(g, row, c)
+        })
     }
 
     fn collate(
@@ -517,111 +374,31 @@ impl ParquetSource {
             }
             rows.push((last.0, (id - last.1) as usize));
         }
-        let n = ids.len();
-        let mut out = Vec::with_capacity(self.names.len());
-        for (c, (name, kind)) in self.names.iter().zip(&self.kinds).enumerate() {
-            for (gi, (shard, rg)) in groups.iter().enumerate() {
-                if rg[c].null_count() > 0
-                    && let Some(&(_, row)) =
-                        rows.iter().find(|&&(g, row)| g == gi && rg[c].is_null(row))
-                {
-                    return Err(self.null_error(*shard, row, c));
-                }
-            }
-            let column = match *kind {
-                Kind::Scalar(d) | Kind::List(d, _) => {
-                    let k = if let Kind::List(_, k) = *kind { k } else { 1 };
-                    let w = d.size() * k;
-                    // Each group's values as bytes, from its row 0.
-                    let raws: Vec<&[u8]> = groups
-                        .iter()
-                        .map(|(_, rg)| {
-                            let col = &rg[c];
-                            match kind {
-                                Kind::List(..) => {
-                                    let list = col.as_fixed_size_list();
-                                    let raw = primitive_bytes(list.values().as_ref())
-                                        .expect("numeric list");
-                                    &raw[list.value_offset_at(0) * d.size()..]
-                                }
-                                _ => primitive_bytes(col.as_ref()).expect("numeric"),
-                            }
-                        })
-                        .collect();
-                    let mut buf = pool.take(n * w);
-                    let dst = buf.as_mut_slice();
-                    // Fixed widths copy with one move each instead of a `memcpy` call.
-                    match w {
-                        1 => gather_fixed::<1>(dst, &raws, &rows),
-                        2 => gather_fixed::<2>(dst, &raws, &rows),
-                        4 => gather_fixed::<4>(dst, &raws, &rows),
-                        8 => gather_fixed::<8>(dst, &raws, &rows),
-                        16 => gather_fixed::<16>(dst, &raws, &rows),
-                        _ => {
-                            for (out, &(gi, row)) in dst.chunks_exact_mut(w).zip(&rows) {
-                                out.copy_from_slice(&raws[gi][row * w..(row + 1) * w]);
-                            }
-                        }
-                    }
-                    let shape = match kind {
-                        Kind::List(..) => vec![n, k],
-                        _ => vec![n],
-                    };
-                    Column::Tensor(Tensor::new(d, shape, buf))
-                }
-                Kind::Binary | Kind::Text => {
-                    let value = |gi: usize, row: usize| -> &[u8] {
-                        let col = &groups[gi].1[c];
-                        if *kind == Kind::Text {
-                            col.as_string::<i32>().value(row).as_bytes()
-                        } else {
-                            col.as_binary::<i32>().value(row)
-                        }
-                    };
-                    let values = rows.iter().map(|&(gi, row)| value(gi, row));
-                    Column::Var(VarColumn::collect(pool, values, *kind == Kind::Text))
-                }
-            };
-            out.push((name.clone(), column));
-        }
-        Ok(out)
-    }
-}
-
-/// Copies the `W`-byte value of each `(group, row)` of `rows` into consecutive slots of `dst`;
-/// `raws` holds each group's values from its row 0.
-fn gather_fixed<const W: usize>(dst: &mut [u8], raws: &[&[u8]], rows: &[(usize, usize)]) {
-    let value = |raw: &[u8], row: usize| -> [u8; W] {
-        raw[row * W..(row + 1) * W]
-            .try_into()
-            .expect("a slice of W bytes")
-    };
-    if let [raw] = raws {
-        // The common case: the whole batch from one row group.
-        for (out, &(_, row)) in dst.chunks_exact_mut(W).zip(rows) {
-            out.copy_from_slice(&value(raw, row));
-        }
-    } else {
-        for (out, &(gi, row)) in dst.chunks_exact_mut(W).zip(rows) {
-            out.copy_from_slice(&value(raws[gi], row));
-        }
+        let parts: Vec<&[ArrayRef]> = groups.iter().map(|(_, rg)| rg.as_slice()).collect();
+        columnar::gather(
+            &self.names,
+            &self.kinds,
+            &parts,
+            &rows,
+            pool,
+            |p, row, c| self.null_error(groups[p].0, row, c),
+        )
     }
 }
 
 /// Writes samples to a Parquet file: numeric scalars become numeric columns, fixed-shape 1-D
-/// arrays fixed-size lists, bytes binary and text string columns. The schema is taken from
-/// the first sample; a row group is written every `row_group_rows` samples. The file is
-/// written under `<path>.tmp` (an [`AtomicFile`]) and renamed by [`ParquetWriter::finish`];
-/// dropping the writer without finishing (or a failed `finish`) deletes the temporary file.
+/// arrays fixed-size lists, bytes binary and text string columns (see
+/// [`columnar::RowBuilder`]). The schema is taken from the first sample; a row group is
+/// written every `row_group_rows` samples. The file is written under `<path>.tmp` (an
+/// [`AtomicFile`]) and renamed by [`ParquetWriter::finish`]; dropping the writer without
+/// finishing (or a failed `finish`) deletes the temporary file.
 pub struct ParquetWriter {
     path: PathBuf,
     row_group_rows: usize,
-    columns: Vec<(String, Kind, Vec<u8>, Vec<i32>)>,
-    rows: usize,
+    rows: columnar::RowBuilder,
     written: u64,
     /// Created with the first row, which gives the schema.
     writer: Option<ArrowWriter<AtomicFile>>,
-    schema: Option<Arc<Schema>>,
 }
 
 impl std::fmt::Debug for ParquetWriter {
@@ -636,14 +413,13 @@ impl std::fmt::Debug for ParquetWriter {
 impl ParquetWriter {
     /// A writer to `path`, flushing a row group every `row_group_rows` rows.
     pub fn create(path: impl AsRef<Path>, row_group_rows: usize) -> Result<Self, Error> {
+        let path = path.as_ref().to_path_buf();
         Ok(ParquetWriter {
-            path: path.as_ref().to_path_buf(),
+            rows: columnar::RowBuilder::new("parquet", path.display().to_string()),
+            path,
             row_group_rows: row_group_rows.max(1),
-            columns: Vec::new(),
-            rows: 0,
             written: 0,
             writer: None,
-            schema: None,
         })
     }
 
@@ -653,138 +429,31 @@ impl ParquetWriter {
 
     /// Adds a row.
     pub fn write(&mut self, sample: &Sample) -> Result<(), Error> {
-        if self.schema.is_none() {
-            let mut fields = Vec::new();
-            for (name, f) in &sample.fields {
-                let (kind, dt) = match f {
-                    Field::Array(a) if a.shape.is_empty() => (
-                        Kind::Scalar(a.out_dtype()),
-                        arrow_type(a.out_dtype(), &self.origin())?,
-                    ),
-                    Field::Array(a) if a.shape.len() == 1 => {
-                        let child = arrow_type(a.out_dtype(), &self.origin())?;
-                        (
-                            Kind::List(a.out_dtype(), a.shape[0]),
-                            DataType::FixedSizeList(
-                                Arc::new(ArrowField::new("item", child, false)),
-                                a.shape[0] as i32,
-                            ),
-                        )
-                    }
-                    Field::Bytes(_) => (Kind::Binary, DataType::Binary),
-                    Field::Text(_) => (Kind::Text, DataType::Utf8),
-                    _ => {
-                        return Err(ConfigError::new(
-                            "parquet",
-                            format!("field {name:?}: only scalars, 1-D arrays, bytes and text"),
-                        )
-                        .into());
-                    }
-                };
-                fields.push(ArrowField::new(name.as_ref(), dt, false));
-                self.columns
-                    .push((name.to_string(), kind, Vec::new(), vec![0]));
-            }
-            let schema = Arc::new(Schema::new(fields));
+        self.rows.push(sample)?;
+        if self.writer.is_none() {
+            let schema = self.rows.schema().expect("set by the first row").clone();
             let file = AtomicFile::create(&self.path)?;
-            let writer = ArrowWriter::try_new(file, schema.clone(), None)
+            let writer = ArrowWriter::try_new(file, schema, None)
                 .map_err(|e| Error::io(self.origin(), std::io::Error::other(e)))?;
             self.writer = Some(writer);
-            self.schema = Some(schema);
         }
-        if sample.fields.len() != self.columns.len() {
-            return Err(ConfigError::new(
-                "parquet",
-                format!(
-                    "sample {} has {} fields, the first sample {}",
-                    sample.index,
-                    sample.fields.len(),
-                    self.columns.len()
-                ),
-            )
-            .into());
-        }
-        for ((name, kind, data, offsets), (fname, f)) in self.columns.iter_mut().zip(&sample.fields)
-        {
-            let ok = match (f, *kind) {
-                (Field::Array(a), Kind::Scalar(d)) if a.shape.is_empty() && a.out_dtype() == d => {
-                    let mut v = vec![0u8; d.size()];
-                    chute_core::cast_into(a.dtype, &a.data, d, &mut v);
-                    data.extend_from_slice(&v);
-                    true
-                }
-                (Field::Array(a), Kind::List(d, k)) if a.shape == [k] && a.out_dtype() == d => {
-                    let mut v = vec![0u8; d.size() * k];
-                    chute_core::cast_into(a.dtype, &a.data, d, &mut v);
-                    data.extend_from_slice(&v);
-                    true
-                }
-                (Field::Bytes(b), Kind::Binary) | (Field::Text(b), Kind::Text) => {
-                    data.extend_from_slice(b);
-                    offsets.push(data.len() as i32);
-                    true
-                }
-                _ => false,
-            };
-            if !ok || name != fname {
-                return Err(ConfigError::new(
-                    "parquet",
-                    format!(
-                        "sample {}: field {fname:?} differs from the first sample's {name:?}",
-                        sample.index
-                    ),
-                )
-                .into());
-            }
-        }
-        self.rows += 1;
-        if self.rows >= self.row_group_rows {
+        if self.rows.len() >= self.row_group_rows {
             self.flush()?;
         }
         Ok(())
     }
 
     fn flush(&mut self) -> Result<(), Error> {
-        if self.rows == 0 {
+        let Some(batch) = self.rows.take_batch()? else {
             return Ok(());
-        }
-        let mut arrays: Vec<ArrayRef> = Vec::new();
-        for (_, kind, data, offsets) in &mut self.columns {
-            let raw = std::mem::take(data);
-            let offs = std::mem::replace(offsets, vec![0]);
-            arrays.push(match *kind {
-                Kind::Scalar(d) => primitive_array(d, raw),
-                Kind::List(d, k) => {
-                    let child = primitive_array(d, raw);
-                    let field = Arc::new(ArrowField::new("item", child.data_type().clone(), false));
-                    Arc::new(FixedSizeListArray::new(field, k as i32, child, None))
-                }
-                Kind::Binary => Arc::new(BinaryArray::new(
-                    OffsetBuffer::new(ScalarBuffer::from(offs)),
-                    raw.into(),
-                    None,
-                )),
-                Kind::Text => Arc::new(
-                    StringArray::try_new(
-                        OffsetBuffer::new(ScalarBuffer::from(offs)),
-                        raw.into(),
-                        None,
-                    )
-                    .map_err(|e| ConfigError::new("parquet", format!("text column: {e}")))?,
-                ),
-            });
-        }
-        let schema = self.schema.clone().expect("schema set with the first row");
-        let batch = RecordBatch::try_new(schema, arrays)
-            .map_err(|e| Error::io(self.origin(), std::io::Error::other(e)))?;
+        };
         let origin = self.origin();
         let w = self.writer.as_mut().expect("writer set with the first row");
         w.write(&batch)
             .map_err(|e| Error::io(&origin, std::io::Error::other(e)))?;
         w.flush()
             .map_err(|e| Error::io(&origin, std::io::Error::other(e)))?;
-        self.written += self.rows as u64;
-        self.rows = 0;
+        self.written += batch.num_rows() as u64;
         Ok(())
     }
 
@@ -811,59 +480,11 @@ impl ParquetWriter {
     }
 }
 
-fn arrow_type(d: DType, origin: &str) -> Result<DataType, Error> {
-    Ok(match d {
-        DType::I8 => DataType::Int8,
-        DType::I16 => DataType::Int16,
-        DType::I32 => DataType::Int32,
-        DType::I64 => DataType::Int64,
-        DType::U8 => DataType::UInt8,
-        DType::U16 => DataType::UInt16,
-        DType::U32 => DataType::UInt32,
-        DType::U64 => DataType::UInt64,
-        DType::F32 => DataType::Float32,
-        DType::F64 => DataType::Float64,
-        other => {
-            return Err(ConfigError::new(
-                "parquet",
-                format!("{origin}: cannot store {other} in Parquet"),
-            )
-            .into());
-        }
-    })
-}
-
-fn primitive_array(d: DType, raw: Vec<u8>) -> ArrayRef {
-    fn make<T: arrow_array::ArrowPrimitiveType>(raw: Vec<u8>) -> ArrayRef {
-        let n = raw.len() / std::mem::size_of::<T::Native>();
-        let values: Vec<T::Native> = (0..n)
-            .map(|i| {
-                let s = std::mem::size_of::<T::Native>();
-                // SAFETY: `raw` holds n little-endian values of T::Native, a plain old data type;
-                // read_unaligned copes with Vec<u8>'s alignment.
-                unsafe { std::ptr::read_unaligned(raw[i * s..].as_ptr().cast::<T::Native>()) }
-            })
-            .collect();
-        Arc::new(PrimitiveArray::<T>::new(ScalarBuffer::from(values), None))
-    }
-    match d {
-        DType::I8 => make::<Int8Type>(raw),
-        DType::I16 => make::<Int16Type>(raw),
-        DType::I32 => make::<Int32Type>(raw),
-        DType::I64 => make::<Int64Type>(raw),
-        DType::U8 => make::<UInt8Type>(raw),
-        DType::U16 => make::<UInt16Type>(raw),
-        DType::U32 => make::<UInt32Type>(raw),
-        DType::U64 => make::<UInt64Type>(raw),
-        DType::F32 => make::<Float32Type>(raw),
-        _ => make::<Float64Type>(raw),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::check::{ReaderUnderTest, check_reader, same_sample};
+    use chute_core::{Array, DType, Field};
 
     fn sample(i: u64) -> Sample {
         let label = (i as i64 * 7 - 3).to_le_bytes();

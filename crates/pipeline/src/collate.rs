@@ -54,6 +54,63 @@ pub(crate) fn collate(
     Ok(columns)
 }
 
+/// Columns from a source's columnar path ([`chute_core::Source::collate`], which knows
+/// nothing of padding) made what [`collate`] gives for the same samples: a list whose tensors
+/// share one shape becomes one tensor; with `pad`, lists are zero-padded and every column of
+/// arrays of one or more dimensions gets its `<name>_mask`.
+pub(crate) fn settle(
+    columns: Vec<(String, Column)>,
+    pool: &BufferPool,
+    pad: bool,
+) -> Vec<(String, Column)> {
+    let mut out = Vec::with_capacity(columns.len());
+    for (name, column) in columns {
+        match column {
+            Column::List(ts) if pad && !ts.is_empty() => {
+                let arrays: Vec<Array> = ts
+                    .iter()
+                    .map(|t| {
+                        Array::new(
+                            t.dtype(),
+                            t.shape().to_vec(),
+                            bytes::Bytes::copy_from_slice(t.as_bytes()),
+                        )
+                    })
+                    .collect();
+                let refs: Vec<&Array> = arrays.iter().collect();
+                let (values, mask) = collate_padded(&refs, &arrays[0], pool);
+                out.push((name.clone(), values));
+                out.push((format!("{name}_mask"), mask));
+            }
+            Column::List(ts) if !ts.is_empty() && ts.iter().all(|t| t.shape() == ts[0].shape()) => {
+                let row = ts[0].as_bytes().len();
+                let mut buf = pool.take(row * ts.len());
+                for (t, dst) in ts
+                    .iter()
+                    .zip(buf.as_mut_slice().chunks_exact_mut(row.max(1)))
+                {
+                    dst[..row].copy_from_slice(t.as_bytes());
+                }
+                let mut shape = vec![ts.len()];
+                shape.extend_from_slice(ts[0].shape());
+                out.push((name, Column::Tensor(Tensor::new(ts[0].dtype(), shape, buf))));
+            }
+            Column::Tensor(t) if pad && t.shape().len() >= 2 => {
+                let mut mask = pool.take(t.numel());
+                mask.as_mut_slice().fill(1);
+                let shape = t.shape().to_vec();
+                out.push((name.clone(), Column::Tensor(t)));
+                out.push((
+                    format!("{name}_mask"),
+                    Column::Tensor(Tensor::new(chute_core::DType::Bool, shape, mask)),
+                ));
+            }
+            other => out.push((name, other)),
+        }
+    }
+    out
+}
+
 /// Field `j` of `s`, which must be called `name` (the fast path: same position as in the
 /// first sample), else looked up by name.
 fn field<'a>(s: &'a Sample, j: usize, name: &str) -> Option<&'a Field> {
@@ -272,6 +329,61 @@ mod tests {
             (v.get(0), v.get(1), v.len(), v.text),
             (&b"ab"[..], &b""[..], 2, true)
         );
+    }
+
+    /// A source's columnar lists end as `collate` would leave the same samples.
+    #[test]
+    fn settled_columnar_lists_match_collated_samples() {
+        let pool = BufferPool::new(8);
+        let list = |rows: &[&[i64]]| {
+            Column::List(
+                rows.iter()
+                    .map(|r| {
+                        let mut buf = pool.take(r.len() * 8);
+                        for (d, v) in buf.as_mut_slice().chunks_exact_mut(8).zip(*r) {
+                            d.copy_from_slice(&v.to_le_bytes());
+                        }
+                        Tensor::new(DType::I64, vec![r.len()], buf)
+                    })
+                    .collect(),
+            )
+        };
+        let as_samples = |rows: &[&[i64]]| -> Vec<Sample> {
+            rows.iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let data: Vec<u8> = r.iter().flat_map(|v| v.to_le_bytes()).collect();
+                    Sample::new(i as u64).with(
+                        "ids",
+                        Field::Array(Array::new(DType::I64, vec![r.len()], Bytes::from(data))),
+                    )
+                })
+                .collect()
+        };
+        for rows in [&[&[1i64, 2][..], &[3, 4]][..], &[&[1, 2], &[3], &[]]] {
+            for pad in [false, true] {
+                let settled = settle(vec![("ids".into(), list(rows))], &pool, pad);
+                let collated = collate(&as_samples(rows), &pool, pad).unwrap();
+                assert_eq!(settled.len(), collated.len(), "rows {rows:?} pad {pad}");
+                for ((n1, c1), (n2, c2)) in settled.iter().zip(&collated) {
+                    assert_eq!(n1, n2);
+                    match (c1, c2) {
+                        (Column::Tensor(a), Column::Tensor(b)) => {
+                            assert_eq!(
+                                (a.shape(), a.dtype(), a.as_bytes()),
+                                (b.shape(), b.dtype(), b.as_bytes())
+                            );
+                        }
+                        (Column::List(a), Column::List(b)) => {
+                            let a: Vec<&[u8]> = a.iter().map(|t| t.as_bytes()).collect();
+                            let b: Vec<&[u8]> = b.iter().map(|t| t.as_bytes()).collect();
+                            assert_eq!(a, b);
+                        }
+                        other => panic!("rows {rows:?} pad {pad}: {other:?}"),
+                    }
+                }
+            }
+        }
     }
 
     #[test]

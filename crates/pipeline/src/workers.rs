@@ -152,7 +152,7 @@ impl Job {
         let columns = match catch_unwind(AssertUnwindSafe(|| self.source.collate(&ids, &self.pool)))
         {
             Ok(None) => return None,
-            Ok(Some(Ok(columns))) => columns,
+            Ok(Some(Ok(columns))) => crate::collate::settle(columns, &self.pool, self.pad),
             Ok(Some(Err(e))) => return Some(Err(self.with_shard(e))),
             Err(p) => return Some(Err(self.panicked(ids[0], String::new(), p))),
         };

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use chute::core::{Array, Field, Sample};
+use chute::formats::ipc::IpcWriter;
 use chute::formats::parquet::ParquetWriter;
 use chute::formats::tfrecord::{TfRecordFileWriter, WriterOptions};
 use chute::formats::webdataset::{ShardWriter, ShardWriterOptions};
@@ -115,6 +116,18 @@ fn write_parquet(dir: &Path) {
     }
 }
 
+fn write_arrow(dir: &Path) {
+    let mut id = 0;
+    for (i, &n) in SHARDS.iter().enumerate() {
+        let mut w = IpcWriter::create(dir.join(format!("a-{i}.arrow")), 5).unwrap();
+        for _ in 0..n {
+            w.write(&row(id)).unwrap();
+            id += 1;
+        }
+        w.finish().unwrap();
+    }
+}
+
 /// A folder of `format` shards, opened through `chute::open`.
 fn open(format: Format, dir: &Path) -> Arc<dyn Source> {
     match format {
@@ -122,6 +135,7 @@ fn open(format: Format, dir: &Path) -> Arc<dyn Source> {
         Format::WebDataset => write_webdataset(dir),
         Format::TfRecord => write_tfrecord(dir),
         Format::Parquet => write_parquet(dir),
+        Format::Arrow => write_arrow(dir),
         other => unreachable!("{other}"),
     }
     let options = OpenOptions {
@@ -134,7 +148,8 @@ fn open(format: Format, dir: &Path) -> Arc<dyn Source> {
     assert_eq!(m.format, format.name());
     let expected: Vec<u64> = match format {
         // Chunks of at most 3 rows within row groups of 5: 5+5+1, 4, 5+3 rows.
-        Format::Parquet => vec![3, 2, 3, 2, 1, 3, 1, 3, 2, 3],
+        // The same for Arrow's record batches of 5.
+        Format::Parquet | Format::Arrow => vec![3, 2, 3, 2, 1, 3, 1, 3, 2, 3],
         _ => SHARDS.to_vec(),
     };
     assert_eq!(
@@ -206,6 +221,12 @@ fn webdataset_shards_conform_with_and_without_image_ops() {
 fn tfrecord_files_conform() {
     let dir = tempfile::tempdir().unwrap();
     conform(open(Format::TfRecord, dir.path()), None, "tfrecord");
+}
+
+#[test]
+fn arrow_ipc_files_conform() {
+    let dir = tempfile::tempdir().unwrap();
+    conform(open(Format::Arrow, dir.path()), None, "arrow");
 }
 
 #[test]

@@ -366,7 +366,7 @@ fn write_shard(
             let group = args
                 .row_group_rows
                 .unwrap_or(args.shard_size.min(65_536) as usize);
-            Sink::Parquet(ParquetWriter::create(path, group.max(1))?)
+            Sink::Parquet(Box::new(ParquetWriter::create(path, group.max(1))?))
         }
     };
     let mut index = rows.start;
@@ -397,7 +397,7 @@ fn write_shard(
 enum Sink {
     Tar(ShardWriter),
     Tf(TfRecordFileWriter),
-    Parquet(ParquetWriter),
+    Parquet(Box<ParquetWriter>),
 }
 
 /// A row as the output format stores it.

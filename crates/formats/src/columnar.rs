@@ -1,0 +1,612 @@
+//! Arrow arrays as chute samples and batch columns: what the Parquet and Arrow IPC sources
+//! share. A column's [`Kind`] says what it becomes; [`field_at`] reads one row as a
+//! [`Field`], [`gather`] copies a batch's rows straight from the arrays into pooled column
+//! buffers (no object per row).
+//!
+//! | Arrow type | batch column |
+//! | --- | --- |
+//! | integers, floats (`float16` too), `bool` | `[B]` tensor |
+//! | `fixed_size_list<number>` | `[B, k]` tensor |
+//! | `list<number>`, `large_list<number>` | one tensor per row ([`Column::List`]); the loader stacks equal lengths and pads with `pad` |
+//! | `binary`, `large_binary`, `binary_view` | variable-length bytes |
+//! | `string`, `large_string`, `string_view` | variable-length text |
+//! | `struct<bytes: binary, ...>` (Hugging Face `Image`, `Audio`) | its `bytes`, as bytes |
+//!
+//! Nulls are refused by the sources with the column and row named: batches have no null
+//! representation.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
+};
+use std::sync::Arc;
+
+use arrow_array::{
+    Array as ArrowArray, ArrayRef, BinaryArray, FixedSizeListArray, PrimitiveArray, RecordBatch,
+    StringArray, make_array,
+};
+use arrow_buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_schema::{DataType, Field as ArrowField, Schema, SchemaRef};
+use bytes::Bytes;
+use chute_core::{
+    Array, BufferPool, Column, ConfigError, DType, Error, Field, FieldName, Sample, Tensor,
+    VarColumn,
+};
+
+/// What a column becomes in a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A numeric or bool scalar per row: `[B]`.
+    Scalar(DType),
+    /// A fixed-size list of numbers per row: `[B, k]`.
+    List(DType, usize),
+    /// A variable-length list of numbers per row: one tensor each.
+    VarList(DType),
+    /// Bytes per row: variable-length.
+    Binary,
+    /// UTF-8 per row: variable-length.
+    Text,
+}
+
+fn numeric(dt: &DataType) -> Option<DType> {
+    Some(match dt {
+        DataType::Int8 => DType::I8,
+        DataType::Int16 => DType::I16,
+        DataType::Int32 => DType::I32,
+        DataType::Int64 => DType::I64,
+        DataType::UInt8 => DType::U8,
+        DataType::UInt16 => DType::U16,
+        DataType::UInt32 => DType::U32,
+        DataType::UInt64 => DType::U64,
+        DataType::Float16 => DType::F16,
+        DataType::Float32 => DType::F32,
+        DataType::Float64 => DType::F64,
+        _ => return None,
+    })
+}
+
+/// The place of a struct's `bytes` child (Hugging Face's `Image` and `Audio` features are
+/// `struct<bytes: binary, path: string>`), if it is such a struct.
+fn bytes_child(dt: &DataType) -> Option<usize> {
+    let DataType::Struct(fields) = dt else {
+        return None;
+    };
+    fields.iter().position(|f| {
+        f.name() == "bytes"
+            && matches!(
+                f.data_type(),
+                DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+            )
+    })
+}
+
+/// What `field` becomes in a batch, or an error naming it and `origin`.
+pub(crate) fn kind_of(field: &ArrowField, origin: &str) -> Result<Kind, Error> {
+    let dt = field.data_type();
+    if let Some(d) = numeric(dt) {
+        return Ok(Kind::Scalar(d));
+    }
+    let kind = match dt {
+        DataType::Boolean => Some(Kind::Scalar(DType::Bool)),
+        DataType::FixedSizeList(child, k) => {
+            numeric(child.data_type()).map(|d| Kind::List(d, (*k).max(0) as usize))
+        }
+        DataType::List(child) | DataType::LargeList(child) => {
+            numeric(child.data_type()).map(Kind::VarList)
+        }
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Some(Kind::Binary),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Some(Kind::Text),
+        DataType::Struct(_) => bytes_child(dt).map(|_| Kind::Binary),
+        _ => None,
+    };
+    kind.ok_or_else(|| unsupported(field, origin))
+}
+
+fn unsupported(field: &ArrowField, origin: &str) -> Error {
+    ConfigError::new(
+        "columns",
+        format!(
+            "{origin}: column {:?} has type {}; chute reads integer, float and bool columns, \
+             fixed-size and variable-length lists of numbers, binary and string columns and \
+             structs with a `bytes` field (project it away with columns=[...] or convert it)",
+            field.name(),
+            field.data_type()
+        ),
+    )
+    .into()
+}
+
+/// The places in `schema` of `columns` (all of them when `None`).
+pub(crate) fn projection(
+    schema: &Schema,
+    columns: Option<&[String]>,
+    origin: &str,
+) -> Result<Vec<usize>, Error> {
+    match columns {
+        None => Ok((0..schema.fields().len()).collect()),
+        Some(cols) => cols
+            .iter()
+            .map(|c| {
+                schema.index_of(c).map_err(|_| {
+                    let have: Vec<&str> =
+                        schema.fields().iter().map(|f| f.name().as_str()).collect();
+                    Error::from(ConfigError::new(
+                        "columns",
+                        format!("{origin} has no column {c:?}; it has {have:?}"),
+                    ))
+                })
+            })
+            .collect(),
+    }
+}
+
+/// `col` as its kind reads it: a struct with a `bytes` child becomes that child, null where
+/// the struct is null. Other columns are returned as they are.
+pub(crate) fn project(col: ArrayRef) -> Result<ArrayRef, String> {
+    let Some(i) = bytes_child(col.data_type()) else {
+        return Ok(col);
+    };
+    let s = col.as_struct();
+    let child = s.column(i).clone();
+    if s.null_count() == 0 {
+        return Ok(child);
+    }
+    let nulls = NullBuffer::union(s.nulls(), child.nulls());
+    let data = child
+        .to_data()
+        .into_builder()
+        .nulls(nulls)
+        .build()
+        .map_err(|e| format!("struct column's bytes: {e}"))?;
+    Ok(make_array(data))
+}
+
+/// The little-endian bytes of a primitive array's values (no copy).
+pub(crate) fn primitive_bytes(a: &dyn ArrowArray) -> Option<&[u8]> {
+    fn raw<T: arrow_array::ArrowPrimitiveType>(a: &dyn ArrowArray) -> &[u8] {
+        let v: &[T::Native] = a.as_primitive::<T>().values();
+        // SAFETY: Arrow's native types are plain old data; the slice covers exactly the values.
+        unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+    }
+    Some(match a.data_type() {
+        DataType::Int8 => raw::<Int8Type>(a),
+        DataType::Int16 => raw::<Int16Type>(a),
+        DataType::Int32 => raw::<Int32Type>(a),
+        DataType::Int64 => raw::<Int64Type>(a),
+        DataType::UInt8 => raw::<UInt8Type>(a),
+        DataType::UInt16 => raw::<UInt16Type>(a),
+        DataType::UInt32 => raw::<UInt32Type>(a),
+        DataType::UInt64 => raw::<UInt64Type>(a),
+        DataType::Float16 => raw::<Float16Type>(a),
+        DataType::Float32 => raw::<Float32Type>(a),
+        DataType::Float64 => raw::<Float64Type>(a),
+        _ => return None,
+    })
+}
+
+/// The bytes of row `row` of a binary or string column (any offset width, views too).
+fn bytes_at(col: &dyn ArrowArray, row: usize) -> &[u8] {
+    match col.data_type() {
+        DataType::Binary => col.as_binary::<i32>().value(row),
+        DataType::LargeBinary => col.as_binary::<i64>().value(row),
+        DataType::BinaryView => col.as_binary_view().value(row),
+        DataType::Utf8 => col.as_string::<i32>().value(row).as_bytes(),
+        DataType::LargeUtf8 => col.as_string::<i64>().value(row).as_bytes(),
+        DataType::Utf8View => col.as_string_view().value(row).as_bytes(),
+        other => unreachable!("kind_of admits no {other} as bytes"),
+    }
+}
+
+/// The value bytes of row `row` of a list column of numbers of `d`, and its length.
+fn list_at(col: &dyn ArrowArray, d: DType, row: usize) -> (&[u8], usize) {
+    let (values, start, end) = match col.data_type() {
+        DataType::List(_) => {
+            let l = col.as_list::<i32>();
+            let o = l.value_offsets();
+            (l.values(), o[row] as usize, o[row + 1] as usize)
+        }
+        DataType::LargeList(_) => {
+            let l = col.as_list::<i64>();
+            let o = l.value_offsets();
+            (l.values(), o[row] as usize, o[row + 1] as usize)
+        }
+        other => unreachable!("kind_of admits no {other} as a list"),
+    };
+    let raw = primitive_bytes(values.as_ref()).expect("a list of numbers");
+    let s = d.size();
+    (&raw[start * s..end * s], end - start)
+}
+
+/// The `[B]` values of a scalar column's row as bytes: a bool is one byte, 0 or 1.
+fn scalar_at(col: &dyn ArrowArray, d: DType, row: usize, out: &mut [u8]) {
+    if d == DType::Bool {
+        out[0] = col.as_boolean().value(row) as u8;
+    } else {
+        let raw = primitive_bytes(col).expect("numeric column");
+        let s = d.size();
+        out.copy_from_slice(&raw[row * s..(row + 1) * s]);
+    }
+}
+
+/// The bytes of a fixed-size list column's values, from its row 0.
+fn fixed_list_values(col: &dyn ArrowArray, d: DType) -> &[u8] {
+    let list = col.as_fixed_size_list();
+    let raw = primitive_bytes(list.values().as_ref()).expect("numeric list");
+    &raw[list.value_offset_at(0) * d.size()..]
+}
+
+/// Row `row` of `col` (of `kind`, not null there) as a field.
+pub(crate) fn field_at(col: &dyn ArrowArray, kind: Kind, row: usize) -> Field {
+    match kind {
+        Kind::Scalar(d) => {
+            let mut v = vec![0u8; d.size()];
+            scalar_at(col, d, row, &mut v);
+            Field::Array(Array::new(d, vec![], Bytes::from(v)))
+        }
+        Kind::List(d, k) => {
+            let s = d.size() * k;
+            let raw = fixed_list_values(col, d);
+            Field::Array(Array::new(
+                d,
+                vec![k],
+                Bytes::copy_from_slice(&raw[row * s..(row + 1) * s]),
+            ))
+        }
+        Kind::VarList(d) => {
+            let (raw, n) = list_at(col, d, row);
+            Field::Array(Array::new(d, vec![n], Bytes::copy_from_slice(raw)))
+        }
+        Kind::Binary => Field::Bytes(Bytes::copy_from_slice(bytes_at(col, row))),
+        Kind::Text => Field::Text(Bytes::copy_from_slice(bytes_at(col, row))),
+    }
+}
+
+/// Row `row` of `columns` (named `names`, of `kinds`) as a sample with id `id`; `null` makes
+/// the error for a null value in column `c`.
+pub(crate) fn sample_at(
+    id: u64,
+    names: &[String],
+    kinds: &[Kind],
+    columns: &[ArrayRef],
+    row: usize,
+    null: impl Fn(usize) -> Error,
+) -> Result<Sample, Error> {
+    let mut sample = Sample::new(id);
+    for (c, (name, &kind)) in names.iter().zip(kinds).enumerate() {
+        let col = columns[c].as_ref();
+        if col.is_null(row) {
+            return Err(null(c));
+        }
+        sample
+            .fields
+            .push((FieldName::Owned(name.clone()), field_at(col, kind, row)));
+    }
+    Ok(sample)
+}
+
+/// The columnar fast path: the batch whose row `i` is row `rows[i].1` of part `rows[i].0`
+/// (a row group, a record batch), where `parts[p]` holds part `p`'s columns (named `names`,
+/// of `kinds`). `null(part, row, column)` makes the error for a null value.
+pub(crate) fn gather(
+    names: &[String],
+    kinds: &[Kind],
+    parts: &[&[ArrayRef]],
+    rows: &[(usize, usize)],
+    pool: &BufferPool,
+    null: impl Fn(usize, usize, usize) -> Error,
+) -> Result<Vec<(String, Column)>, Error> {
+    let n = rows.len();
+    let mut out = Vec::with_capacity(names.len());
+    for (c, (name, &kind)) in names.iter().zip(kinds).enumerate() {
+        for (p, part) in parts.iter().enumerate() {
+            if part[c].null_count() > 0
+                && let Some(&(_, row)) = rows
+                    .iter()
+                    .find(|&&(q, row)| q == p && part[c].is_null(row))
+            {
+                return Err(null(p, row, c));
+            }
+        }
+        let column = match kind {
+            Kind::Scalar(DType::Bool) => {
+                let mut buf = pool.take(n);
+                for (dst, &(p, row)) in buf.as_mut_slice().iter_mut().zip(rows) {
+                    *dst = parts[p][c].as_boolean().value(row) as u8;
+                }
+                Column::Tensor(Tensor::new(DType::Bool, vec![n], buf))
+            }
+            Kind::Scalar(d) | Kind::List(d, _) => {
+                let k = if let Kind::List(_, k) = kind { k } else { 1 };
+                let w = d.size() * k;
+                // Each part's values as bytes, from its row 0.
+                let raws: Vec<&[u8]> = parts
+                    .iter()
+                    .map(|part| match kind {
+                        Kind::List(..) => fixed_list_values(part[c].as_ref(), d),
+                        _ => primitive_bytes(part[c].as_ref()).expect("numeric"),
+                    })
+                    .collect();
+                let mut buf = pool.take(n * w);
+                let dst = buf.as_mut_slice();
+                // Fixed widths copy with one move each instead of a `memcpy` call.
+                match w {
+                    1 => gather_fixed::<1>(dst, &raws, rows),
+                    2 => gather_fixed::<2>(dst, &raws, rows),
+                    4 => gather_fixed::<4>(dst, &raws, rows),
+                    8 => gather_fixed::<8>(dst, &raws, rows),
+                    16 => gather_fixed::<16>(dst, &raws, rows),
+                    _ => {
+                        for (out, &(p, row)) in dst.chunks_exact_mut(w.max(1)).zip(rows) {
+                            out.copy_from_slice(&raws[p][row * w..(row + 1) * w]);
+                        }
+                    }
+                }
+                let shape = match kind {
+                    Kind::List(..) => vec![n, k],
+                    _ => vec![n],
+                };
+                Column::Tensor(Tensor::new(d, shape, buf))
+            }
+            Kind::VarList(d) => Column::List(
+                rows.iter()
+                    .map(|&(p, row)| {
+                        let (raw, len) = list_at(parts[p][c].as_ref(), d, row);
+                        let mut buf = pool.take(raw.len());
+                        buf.as_mut_slice().copy_from_slice(raw);
+                        Tensor::new(d, vec![len], buf)
+                    })
+                    .collect(),
+            ),
+            Kind::Binary | Kind::Text => {
+                let values = rows
+                    .iter()
+                    .map(|&(p, row)| bytes_at(parts[p][c].as_ref(), row));
+                Column::Var(VarColumn::collect(pool, values, kind == Kind::Text))
+            }
+        };
+        out.push((name.clone(), column));
+    }
+    Ok(out)
+}
+
+/// Copies the `W`-byte value of each `(part, row)` of `rows` into consecutive slots of `dst`;
+/// `raws` holds each part's values from its row 0.
+fn gather_fixed<const W: usize>(dst: &mut [u8], raws: &[&[u8]], rows: &[(usize, usize)]) {
+    let value = |raw: &[u8], row: usize| -> [u8; W] {
+        raw[row * W..(row + 1) * W]
+            .try_into()
+            .expect("a slice of W bytes")
+    };
+    if let [raw] = raws {
+        // The common case: the whole batch from one part.
+        for (out, &(_, row)) in dst.chunks_exact_mut(W).zip(rows) {
+            out.copy_from_slice(&value(raw, row));
+        }
+    } else {
+        for (out, &(p, row)) in dst.chunks_exact_mut(W).zip(rows) {
+            out.copy_from_slice(&value(raws[p], row));
+        }
+    }
+}
+
+/// A column of `len` rows whose arrays the gathers can trust: lengths and offsets checked,
+/// after [`project`].
+pub(crate) fn checked(col: ArrayRef, len: usize, what: &str) -> Result<ArrayRef, String> {
+    let col = project(col)?;
+    if col.len() != len {
+        return Err(format!("{what} has {} values for {len} rows", col.len()));
+    }
+    col.to_data()
+        .validate_full()
+        .map_err(|e| format!("{what} is corrupt: {e}"))?;
+    Ok(col)
+}
+
+/// Samples gathered into Arrow record batches, as writers store them: numeric scalars
+/// become numeric columns, fixed-shape 1-D arrays fixed-size lists, bytes binary and text
+/// string columns. The first sample gives the schema; every later one must match it.
+pub(crate) struct RowBuilder {
+    /// The format being written (`parquet`), for messages.
+    what: &'static str,
+    origin: String,
+    columns: Vec<(String, Kind, Vec<u8>, Vec<i32>)>,
+    rows: usize,
+    schema: Option<SchemaRef>,
+}
+
+impl RowBuilder {
+    /// An empty builder for a `what` file at `origin`.
+    pub(crate) fn new(what: &'static str, origin: String) -> RowBuilder {
+        RowBuilder {
+            what,
+            origin,
+            columns: Vec::new(),
+            rows: 0,
+            schema: None,
+        }
+    }
+
+    /// The schema, once the first sample has given it.
+    pub(crate) fn schema(&self) -> Option<&SchemaRef> {
+        self.schema.as_ref()
+    }
+
+    /// Rows gathered since the last [`RowBuilder::take_batch`].
+    pub(crate) fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// Adds a row.
+    pub(crate) fn push(&mut self, sample: &Sample) -> Result<(), Error> {
+        if self.schema.is_none() {
+            let mut fields = Vec::new();
+            for (name, f) in &sample.fields {
+                let (kind, dt) = match f {
+                    Field::Array(a) if a.shape.is_empty() => (
+                        Kind::Scalar(a.out_dtype()),
+                        arrow_type(a.out_dtype(), self.what, &self.origin)?,
+                    ),
+                    Field::Array(a) if a.shape.len() == 1 => {
+                        let child = arrow_type(a.out_dtype(), self.what, &self.origin)?;
+                        (
+                            Kind::List(a.out_dtype(), a.shape[0]),
+                            DataType::FixedSizeList(
+                                Arc::new(ArrowField::new("item", child, false)),
+                                a.shape[0] as i32,
+                            ),
+                        )
+                    }
+                    Field::Bytes(_) => (Kind::Binary, DataType::Binary),
+                    Field::Text(_) => (Kind::Text, DataType::Utf8),
+                    _ => {
+                        return Err(ConfigError::new(
+                            self.what,
+                            format!("field {name:?}: only scalars, 1-D arrays, bytes and text"),
+                        )
+                        .into());
+                    }
+                };
+                fields.push(ArrowField::new(name.as_ref(), dt, false));
+                self.columns
+                    .push((name.to_string(), kind, Vec::new(), vec![0]));
+            }
+            self.schema = Some(Arc::new(Schema::new(fields)));
+        }
+        if sample.fields.len() != self.columns.len() {
+            return Err(ConfigError::new(
+                self.what,
+                format!(
+                    "sample {} has {} fields, the first sample {}",
+                    sample.index,
+                    sample.fields.len(),
+                    self.columns.len()
+                ),
+            )
+            .into());
+        }
+        for ((name, kind, data, offsets), (fname, f)) in self.columns.iter_mut().zip(&sample.fields)
+        {
+            let ok = match (f, *kind) {
+                (Field::Array(a), Kind::Scalar(d)) if a.shape.is_empty() && a.out_dtype() == d => {
+                    let mut v = vec![0u8; d.size()];
+                    chute_core::cast_into(a.dtype, &a.data, d, &mut v);
+                    data.extend_from_slice(&v);
+                    true
+                }
+                (Field::Array(a), Kind::List(d, k)) if a.shape == [k] && a.out_dtype() == d => {
+                    let mut v = vec![0u8; d.size() * k];
+                    chute_core::cast_into(a.dtype, &a.data, d, &mut v);
+                    data.extend_from_slice(&v);
+                    true
+                }
+                (Field::Bytes(b), Kind::Binary) | (Field::Text(b), Kind::Text) => {
+                    data.extend_from_slice(b);
+                    offsets.push(data.len() as i32);
+                    true
+                }
+                _ => false,
+            };
+            if !ok || name != fname {
+                return Err(ConfigError::new(
+                    self.what,
+                    format!(
+                        "sample {}: field {fname:?} differs from the first sample's {name:?}",
+                        sample.index
+                    ),
+                )
+                .into());
+            }
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// The rows gathered so far as one record batch (`None` when there are none).
+    pub(crate) fn take_batch(&mut self) -> Result<Option<RecordBatch>, Error> {
+        if self.rows == 0 {
+            return Ok(None);
+        }
+        let mut arrays: Vec<ArrayRef> = Vec::new();
+        for (_, kind, data, offsets) in &mut self.columns {
+            let raw = std::mem::take(data);
+            let offs = std::mem::replace(offsets, vec![0]);
+            arrays.push(match *kind {
+                Kind::Scalar(d) => primitive_array(d, raw),
+                Kind::List(d, k) => {
+                    let child = primitive_array(d, raw);
+                    let field = Arc::new(ArrowField::new("item", child.data_type().clone(), false));
+                    Arc::new(FixedSizeListArray::new(field, k as i32, child, None))
+                }
+                Kind::Binary => Arc::new(BinaryArray::new(
+                    OffsetBuffer::new(ScalarBuffer::from(offs)),
+                    raw.into(),
+                    None,
+                )),
+                Kind::VarList(_) => unreachable!("the builder makes no variable-length lists"),
+                Kind::Text => Arc::new(
+                    StringArray::try_new(
+                        OffsetBuffer::new(ScalarBuffer::from(offs)),
+                        raw.into(),
+                        None,
+                    )
+                    .map_err(|e| ConfigError::new(self.what, format!("text column: {e}")))?,
+                ),
+            });
+        }
+        let schema = self.schema.clone().expect("schema set with the first row");
+        let batch = RecordBatch::try_new(schema, arrays)
+            .map_err(|e| Error::io(&self.origin, std::io::Error::other(e)))?;
+        self.rows = 0;
+        Ok(Some(batch))
+    }
+}
+
+fn arrow_type(d: DType, what: &str, origin: &str) -> Result<DataType, Error> {
+    Ok(match d {
+        DType::I8 => DataType::Int8,
+        DType::I16 => DataType::Int16,
+        DType::I32 => DataType::Int32,
+        DType::I64 => DataType::Int64,
+        DType::U8 => DataType::UInt8,
+        DType::U16 => DataType::UInt16,
+        DType::U32 => DataType::UInt32,
+        DType::U64 => DataType::UInt64,
+        DType::F32 => DataType::Float32,
+        DType::F64 => DataType::Float64,
+        other => {
+            return Err(ConfigError::new(
+                what,
+                format!("{origin}: cannot store {other} in {what}"),
+            )
+            .into());
+        }
+    })
+}
+
+fn primitive_array(d: DType, raw: Vec<u8>) -> ArrayRef {
+    fn make<T: arrow_array::ArrowPrimitiveType>(raw: Vec<u8>) -> ArrayRef {
+        let n = raw.len() / std::mem::size_of::<T::Native>();
+        let values: Vec<T::Native> = (0..n)
+            .map(|i| {
+                let s = std::mem::size_of::<T::Native>();
+                // SAFETY: `raw` holds n little-endian values of T::Native, a plain old data type;
+                // read_unaligned copes with Vec<u8>'s alignment.
+                unsafe { std::ptr::read_unaligned(raw[i * s..].as_ptr().cast::<T::Native>()) }
+            })
+            .collect();
+        Arc::new(PrimitiveArray::<T>::new(ScalarBuffer::from(values), None))
+    }
+    match d {
+        DType::I8 => make::<Int8Type>(raw),
+        DType::I16 => make::<Int16Type>(raw),
+        DType::I32 => make::<Int32Type>(raw),
+        DType::I64 => make::<Int64Type>(raw),
+        DType::U8 => make::<UInt8Type>(raw),
+        DType::U16 => make::<UInt16Type>(raw),
+        DType::U32 => make::<UInt32Type>(raw),
+        DType::U64 => make::<UInt64Type>(raw),
+        DType::F32 => make::<Float32Type>(raw),
+        _ => make::<Float64Type>(raw),
+    }
+}
