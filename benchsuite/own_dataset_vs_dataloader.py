@@ -4,7 +4,9 @@ vs torch's DataLoader (worker processes), side by side, same dataset object.
     python benchsuite/own_dataset_vs_dataloader.py [--images 1500] [--epochs 2] [--workers 2]
 
 Datasets (all in one run): `imagefolder` (__getitem__ reads a JPEG file, decodes it with PIL,
-crops 224 at a random place, flips half the time: the ImageFolder shape), `trivial` (a small
+crops 224 at a random place, flips half the time: the ImageFolder shape), `bytes` (torch's
+loaders on that dataset, chute on one whose __getitem__ returns the file's bytes, decoded,
+RandomResizedCrop(224)-ed and flipped by chute's native ops), `trivial` (a small
 numpy array per index) and `python` (a __getitem__ of pure-Python work that holds the GIL).
 Reports images (samples) per second over all epochs (page cache warm: the files are read once
 before), time to the first batch, peak RSS summed over the process tree and peak PSS (what
@@ -99,6 +101,22 @@ class ImageFolder:
             return np.asarray(img), self.classes.index(path.parent.name)
 
 
+class ImageBytes(ImageFolder):
+    """The same folder, but `__getitem__` returns the encoded file and its label: chute's
+    native ops decode, crop and flip it (without the GIL); torch's loaders get the PIL
+    dataset above, which does that work in `__getitem__`."""
+
+    def __getitem__(self, i):
+        path = self.files[i]
+        return {"jpg": path.read_bytes(), "cls": self.classes.index(path.parent.name)}
+
+
+# torchvision's RandomResizedCrop(224) (a crop and a resize: more work than the PIL
+# dataset's plain 224 crop) and a flip.
+NATIVE = {"jpg": [{"op": "decode"}, {"op": "random_resized_crop", "size": 224},
+                  {"op": "horizontal_flip"}]}
+
+
 class Trivial:
     def __len__(self):
         return 200_000
@@ -143,6 +161,7 @@ def run(make_loader, epochs):
                 if first is None:
                     first = time.perf_counter() - start
                 x = batch[0] if isinstance(batch, (list, tuple)) else batch
+                x = x["cls"] if isinstance(x, dict) else x
                 n += len(x)
         elapsed = time.perf_counter() - start
         del loader
@@ -155,7 +174,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="imagefolder,trivial,python")
+    ap.add_argument("--only", default="imagefolder,bytes,trivial,python")
     a = ap.parse_args()
 
     import torch.utils.data as tud
@@ -165,7 +184,8 @@ def main():
     root = Path(tempfile.gettempdir()) / f"chute-imagefolder-{a.images}"
     if not root.exists():
         make_images(root, a.images)
-    sets = {"imagefolder": (ImageFolder(root), 64), "trivial": (Trivial(), 256), "python": (PurePython(), 64)}
+    sets = {"imagefolder": (ImageFolder(root), 64), "bytes": (ImageFolder(root), 64),
+            "trivial": (Trivial(), 256), "python": (PurePython(), 64)}
     for p in Path(root).glob("*/*.jpg"):  # warm the page cache
         p.read_bytes()
     results = {}
@@ -177,6 +197,11 @@ def main():
             f"DataLoader(num_workers={w})": lambda: tud.DataLoader(ds, batch_size=bs, shuffle=True, num_workers=w),
             f"chute.Loader(num_workers={w})": lambda: chute.Loader(ds, batch_size=bs, shuffle=True, num_workers=w),
         }
+        if name == "bytes":
+            # torch's loaders run the PIL dataset; chute the bytes one with native ops.
+            raw = ImageBytes(root)
+            cases[f"chute.Loader(num_workers={w})"] = lambda: chute.Loader(
+                raw, batch_size=bs, shuffle=True, num_workers=w, transforms=NATIVE)
         for case, make in cases.items():
             runs = [run(make, a.epochs) for _ in range(a.repeats)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}

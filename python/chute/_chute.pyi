@@ -10,6 +10,7 @@ __all__ = [
     "__version__",
     "arrow",
     "arrow_table",
+    "collate_samples",
     "dataset",
     "io_stats",
     "map_dataset",
@@ -59,11 +60,21 @@ def dataset(
     "tfrecord", "parquet", "arrow") detected from the manifest or the extensions unless
     given."""
 
+def collate_samples(
+    samples: List[Any], pad: bool = False, output: Optional[Callable[[Any], Any]] = None
+) -> Tuple[Dict[str, Any], Any]:
+    """Samples collated as a Python dataset's are (default_collate's structure, from the first):
+    the columns (handed through ``output``) and the structure to rebuild them with."""
+
 def map_dataset(
-    dataset: Any, worker_init_fn: Optional[Callable[[int], Any]] = None, num_workers: int = 0
+    dataset: Any,
+    worker_init_fn: Optional[Callable[[int], Any]] = None,
+    num_workers: int = 0,
+    collate_fn: Optional[Callable[[List[Any]], Any]] = None,
 ) -> Source:
     """A map-style Python dataset (``__len__`` and ``__getitem__``) as a source; what
-    ``chute.Loader`` calls for anything that is not a chute source."""
+    ``chute.Loader`` calls for anything that is not a chute source. With ``collate_fn``, each
+    batch is ``collate_fn([samples])``, made on the worker thread."""
 
 def tokens(
     paths: Union[_Path, Sequence[_Path]],

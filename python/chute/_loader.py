@@ -22,6 +22,7 @@ import numpy
 
 from . import _chute
 from ._errors import ConfigError
+from ._iterable import IterableEngine as _IterableEngine
 
 __all__ = ["Loader"]
 
@@ -30,16 +31,19 @@ Transform = Union[Callable[..., Optional[Dict[str, Any]]], Mapping[str, Any]]
 _OUTPUTS = ("numpy", "dlpack", "torch", "jax")
 
 # Loaders alive in this process, closed at exit (see _at_exit).
-_live: "weakref.WeakSet[_chute.Loader]" = weakref.WeakSet()
+_live: "weakref.WeakSet[Union[_chute.Loader, _IterableEngine]]" = weakref.WeakSet()
 _warned_pin_memory = False
 
 
 class Loader:
     """Deterministic, resumable, parallel batches from a chute source or your own dataset.
 
-    ``source`` is a chute source (``chute.dataset(...)``, ``chute.tokens(...)``, ...) or any
+    ``source`` is a chute source (``chute.dataset(...)``, ``chute.tokens(...)``, ...), any
     map-style dataset (``__len__`` and ``__getitem__``: a ``torch.utils.data.Dataset``, a
-    list, a numpy array). A Hugging Face ``datasets.Dataset`` is read natively instead, from
+    list, a numpy array) or an iterable dataset (``__iter__`` only; see ``chute._iterable``:
+    one producer thread, stream order or a seeded shuffle buffer with ``shuffle=True`` /
+    ``"buffer:N"``, round-robin ranks, resume through the dataset's own ``state_dict`` or by
+    counting). A Hugging Face ``datasets.Dataset`` is read natively instead, from
     its Arrow table (memory-mapped cache files) and indices mapping, with no Python per row
     (unless it has a ``set_transform``): numbers, bools and fixed-length sequences become
     arrays, variable-length sequences (token ids) lists of arrays (or padded, with ``pad``),
@@ -113,8 +117,11 @@ class Loader:
     datasets: called on each worker thread before its first sample, each epoch),
     ``generator`` (its ``initial_seed()`` is the seed unless ``seed`` is given),
     ``persistent_workers`` and ``in_order`` (accepted: threads persist, order is always
-    kept). ``sampler``, ``batch_sampler``, ``multiprocessing_context`` and (for now)
-    ``collate_fn`` are refused with what replaces them.
+    kept), ``collate_fn`` (Python datasets: a batch's samples, as ``__getitem__`` returned
+    them, go to ``collate_fn(list)`` on the worker thread and its result is the batch, as
+    is: ``output`` and ``pad`` do not apply, ``transforms`` and ``on_error="skip"`` are
+    refused, an exception in it is raised as itself). ``sampler``, ``batch_sampler`` and
+    ``multiprocessing_context`` are refused with what replaces them.
 
     ``state_dict()`` / ``load_state_dict()`` follow PyTorch's Stateful protocol (so the loader
     drops into ``torch.distributed.checkpoint``); the state is the position after the last
@@ -153,12 +160,32 @@ class Loader:
         batch_sampler: Any = None,
         multiprocessing_context: Any = None,
     ) -> None:
-        _refuse_dataloader_only(sampler, batch_sampler, multiprocessing_context, collate_fn)
+        _refuse_dataloader_only(sampler, batch_sampler, multiprocessing_context)
+        stream_shuffle = shuffle  # an iterable dataset's (a buffer), before it is normalized
         del persistent_workers, in_order  # threads persist; chute is always in order
         if seed is None:
             seed = int(generator.initial_seed()) if generator is not None else 0
         self._structure: Any = None
-        if isinstance(source, _chute.Source):
+        self._collate_fn = collate_fn is not None
+        if collate_fn is not None and not isinstance(source, _chute.Source):
+            # DataLoader's collate_fn: samples as __getitem__ returns them, collated by the
+            # user's function on the worker thread (Hugging Face datasets included).
+            _check_collate_fn(collate_fn, transforms, on_error)
+            if _is_map_style(source):
+                source = _chute.map_dataset(
+                    source, worker_init_fn, max(int(num_workers), 0), collate_fn
+                )
+            elif not hasattr(source, "__iter__"):
+                raise TypeError(
+                    f"collate_fn needs a dataset (map-style, or iterable), got "
+                    f"{type(source).__name__}"
+                )
+        elif isinstance(source, _chute.Source):
+            if collate_fn is not None and source.format != "python":
+                raise ConfigError(
+                    "invalid collate_fn: chute's own sources are collated natively into "
+                    "contiguous batches; post-process the batch in your loop"
+                )
             if worker_init_fn is not None:
                 raise ConfigError(
                     "invalid worker_init_fn: it is for Python datasets (chute.Loader(my_dataset, "
@@ -183,16 +210,19 @@ class Loader:
             # A bad num_workers is reported by the engine, naming the option.
             source = _chute.map_dataset(source, worker_init_fn, max(int(num_workers), 0))
         elif hasattr(source, "__iter__"):
-            raise TypeError(
-                f"{type(source).__name__} is an iterable dataset (__iter__ without __getitem__ "
-                "and __len__): chute.Loader needs random access to keep its order, rank split "
-                "and resume exact; give it a map-style dataset or a chute source"
-            )
+            pass  # an iterable dataset: see _iterable.py
         else:
             raise TypeError(
                 "source must be a chute source (chute.dataset(...)) or a map-style dataset "
                 f"(with __len__ and __getitem__), got {type(source).__name__}"
             )
+        iterable = not isinstance(source, _chute.Source)
+        if iterable and transforms:
+            raise ConfigError(
+                "invalid transforms: an iterable dataset's samples are collated outside "
+                "chute's workers; do the per-sample work in its __iter__"
+            )
+        self._iterable = iterable
         self._source = source
         self._tensors_out = output is None
         if output is None:
@@ -223,6 +253,30 @@ class Loader:
             )
         if output not in _OUTPUTS:
             raise ConfigError(f"invalid output: {output!r}; use one of {', '.join(_OUTPUTS)}")
+        # The engine: the Rust loader, or for an iterable dataset its stand-in with the same
+        # interface.
+        self._inner: Union[_chute.Loader, _IterableEngine]
+        if iterable:
+            self._inner = _IterableEngine(
+                source,
+                batch_size=batch_size,
+                shuffle=stream_shuffle,
+                seed=seed,
+                rank=rank,
+                world_size=world_size,
+                drop_last=drop_last,
+                pad=pad,
+                prefetch=max(1, prefetch_factor * max(num_workers, 1)),
+                timeout=timeout,
+                output=_converter(output),
+                rebuild=self._rebuild_tree,
+                collate_fn=collate_fn,
+                num_workers=num_workers,
+                worker_init_fn=worker_init_fn if num_workers > 0 else None,
+            )
+            self.output = output
+            _live.add(self._inner)
+            return
         if pin_memory:
             _find_torch_cudart()
         inner = _chute.Loader(
@@ -252,21 +306,30 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch (from its start, unless resumed mid-epoch)."""
+        if self._iterable:
+            return iter(self._inner)
+        if self._collate_fn:
+            return (b["__collated__"] for b in self._inner)
         if self._source.format != "python":
-            return self._inner
+            return cast(Iterator[Any], self._inner)
         return (self._rebuild(b) for b in self._inner)
 
     def _rebuild(self, batch: Dict[str, Any]) -> Any:
         """A Python dataset's batch in its samples' structure, as default_collate builds it."""
         if self._structure is None:
             self._structure = self._source.structure
-            tensors = self._tensors_out and _has_tensor_leaf(self._structure)
-            self._to_torch = _converter("torch") if tensors else None
-        out = _collated(self._structure, batch, self._to_torch)
+        return self._rebuild_tree(batch, self._structure)
+
+    def _rebuild_tree(self, batch: Dict[str, Any], structure: Any) -> Any:
+        """``batch`` in the structure ``structure`` describes."""
+        if structure is None:
+            return batch
+        tensors = self._tensors_out and _has_tensor_leaf(structure)
+        out = _collated(structure, batch, _converter("torch") if tensors else None)
         if isinstance(out, dict):
             # Columns the structure does not hold (pad's <name>_mask, fields a transform added)
             # come along under their own names.
-            leaves = _columns(self._structure)
+            leaves = _columns(structure)
             for name, value in batch.items():
                 if name not in leaves:
                     out[name] = value
@@ -397,7 +460,7 @@ class Loader:
         return _torch_dataset_class()(self)
 
 
-def _refuse_dataloader_only(sampler: Any, batch_sampler: Any, context: Any, collate: Any) -> None:
+def _refuse_dataloader_only(sampler: Any, batch_sampler: Any, context: Any) -> None:
     """DataLoader's arguments that chute replaces, each refused with what replaces it."""
     if sampler is not None or batch_sampler is not None:
         raise ConfigError(
@@ -410,11 +473,21 @@ def _refuse_dataloader_only(sampler: Any, batch_sampler: Any, context: Any, coll
             "invalid multiprocessing_context: chute's workers are threads in this process "
             "(num_workers=), so there are no worker processes to start"
         )
-    if collate is not None:
+
+
+def _check_collate_fn(collate_fn: Any, transforms: Any, on_error: str) -> None:
+    """What a ``collate_fn`` cannot be combined with: the batch is then the user's own."""
+    if not callable(collate_fn):
+        raise ConfigError(f"invalid collate_fn: {collate_fn!r} is not callable")
+    if transforms:
         raise ConfigError(
-            "invalid collate_fn: not supported yet; chute collates as "
-            "torch.utils.data.default_collate does (dicts, tuples, lists, namedtuples of "
-            "arrays, tensors, numbers, str, bytes, None); post-process the batch in your loop"
+            "invalid transforms: with collate_fn, samples go to your function as __getitem__ "
+            "returned them; do the per-sample work in __getitem__ or in collate_fn"
+        )
+    if on_error != "raise":
+        raise ConfigError(
+            f"invalid on_error: {on_error!r} replaces single samples in chute's own batches; "
+            "with collate_fn an exception fails its batch (on_error='raise')"
         )
 
 

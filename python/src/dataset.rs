@@ -22,7 +22,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use chute::core::npy::dtype_from_descr;
 use chute::core::{
-    Array, BoxError, Error, Field, FieldName, Manifest, Sample, SampleRef, virtual_manifest,
+    Array, BoxError, BufferPool, Column, Error, Field, FieldName, Manifest, Opaque, Sample,
+    SampleRef, virtual_manifest,
 };
 use chute::{DType, Source};
 use pyo3::exceptions::{PyException, PyTypeError};
@@ -96,6 +97,10 @@ pub(crate) struct MapDataset {
     /// DataLoader's `worker_init_fn(worker_id)`, called on each worker thread before its
     /// first sample, and the number of workers the ids count.
     worker_init: Option<(Py<PyAny>, usize)>,
+    /// DataLoader's `collate_fn(samples)`: when set, a batch is the list of the samples
+    /// `__getitem__` returned, as they are, passed to it on the worker thread; its result is
+    /// the batch ([`Column::Object`]).
+    collate_fn: Option<Py<PyAny>>,
     /// Threads that have started, to number them.
     started: std::sync::atomic::AtomicUsize,
     /// Unique in the process, so a thread tells datasets apart even after one is freed.
@@ -124,6 +129,7 @@ impl MapDataset {
     pub(crate) fn new(
         dataset: &Bound<'_, PyAny>,
         worker_init: Option<(Py<PyAny>, usize)>,
+        collate_fn: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let len = dataset.len().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -141,8 +147,10 @@ impl MapDataset {
         let ty = dataset.get_type();
         let name = format!("{}.{}", ty.module()?, ty.qualname()?);
         // The structure comes from sample 0, read here once: the same whatever the order or
-        // the number of workers (default_collate takes each batch's first sample).
+        // the number of workers (default_collate takes each batch's first sample). Samples
+        // for a collate_fn of the user's are theirs to make sense of.
         let schema = match len {
+            _ if collate_fn.is_some() => None,
             0 => None,
             _ => {
                 let first = dataset.get_item(0)?;
@@ -155,6 +163,7 @@ impl MapDataset {
             schema,
             interrupt: Arc::default(),
             worker_init,
+            collate_fn,
             started: Default::default(),
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
@@ -222,22 +231,59 @@ impl Source for MapDataset {
         }
         on_worker(|py| ids.iter().map(|&id| self.read_one(py, id)).collect())
     }
+
+    /// With a `collate_fn`, the whole batch: its samples read and collated by it under one
+    /// hold of the GIL, on this worker thread.
+    fn collate(&self, ids: &[u64], _: &BufferPool) -> Option<Result<Vec<(String, Column)>, Error>> {
+        let f = self.collate_fn.as_ref()?;
+        if SHUTTING_DOWN.load(std::sync::atomic::Ordering::Relaxed) {
+            return Some(Err(failed(
+                ids[0],
+                "the Python interpreter is shutting down".into(),
+            )));
+        }
+        Some(on_worker(|py| {
+            let samples = PyList::empty(py);
+            for &id in ids {
+                let item = self
+                    .init_worker(py)
+                    .and_then(|()| self.dataset.bind(py).get_item(id))
+                    .map_err(|e| self.exception(py, id, e))?;
+                samples
+                    .append(item)
+                    .map_err(|e| self.exception(py, id, e))?;
+            }
+            let batch = f
+                .call1(py, (samples,))
+                .map_err(|e| self.exception(py, ids[0], e))?;
+            Ok(vec![(
+                COLLATED.to_string(),
+                Column::Object(Opaque(Arc::new(batch))),
+            )])
+        }))
+    }
 }
+
+/// The column a `collate_fn`'s batch travels in.
+pub(crate) const COLLATED: &str = "__collated__";
 
 impl MapDataset {
     fn read_one(&self, py: Python<'_>, id: u64) -> Result<Sample, Error> {
         if self.interrupt.is_set() {
             return Err(failed(id, "interrupted".into()));
         }
-        match self.sample(py, id) {
-            Ok(s) => Ok(s),
-            Err(e) if e.is_instance_of::<PyException>(py) => Err(failed(id, Box::new(e))),
-            Err(e) => {
-                let msg = format!("interrupted by {}", e.get_type(py));
-                self.interrupt.set(e);
-                Err(failed(id, msg.into()))
-            }
+        self.sample(py, id).map_err(|e| self.exception(py, id, e))
+    }
+
+    /// Sample `id`'s exception as an engine error: raised again as itself, or, for
+    /// `KeyboardInterrupt` and other non-`Exception`s, kept for the loader to raise.
+    fn exception(&self, py: Python<'_>, id: u64, e: PyErr) -> Error {
+        if e.is_instance_of::<PyException>(py) {
+            return failed(id, Box::new(e));
         }
+        let msg = format!("interrupted by {}", e.get_type(py));
+        self.interrupt.set(e);
+        failed(id, msg.into())
     }
 }
 
@@ -589,19 +635,48 @@ fn array(py: Python<'_>, v: &Bound<'_, PyAny>, at: &str) -> PyResult<Array> {
     }
 }
 
-/// `chute._chute.map_dataset(dataset, worker_init_fn=None, num_workers=0)`: a map-style
-/// dataset as a source (what `chute.Loader` calls for anything that is not a chute source).
+/// `chute._chute.collate_samples(samples, pad=False, output=None)`: a list of samples collated
+/// as the loader collates a Python dataset's (default_collate's structure, from the first
+/// sample), for batches built outside the engine (an iterable dataset's). Returns the
+/// columns as `{name: array}` (handed through `output`) and the structure to rebuild.
 #[pyfunction]
-#[pyo3(signature = (dataset, worker_init_fn=None, num_workers=0))]
+#[pyo3(signature = (samples, pad=false, output=None))]
+pub(crate) fn collate_samples<'py>(
+    py: Python<'py>,
+    samples: &Bound<'py, PyList>,
+    pad: bool,
+    output: Option<Py<PyAny>>,
+) -> PyResult<(Bound<'py, pyo3::types::PyDict>, Py<PyAny>)> {
+    let view = MapDataset::new(samples.as_any(), None, None)?;
+    let items = (0..samples.len() as u64)
+        .map(|i| view.sample(py, i))
+        .collect::<PyResult<Vec<_>>>()?;
+    let pool = BufferPool::new(0);
+    let columns = py
+        .detach(|| chute::pipeline::collate_samples(&items, &pool, pad))
+        .map_err(crate::errors::to_py)?;
+    let structure = view.structure(py).unwrap_or_else(|| py.None());
+    Ok((
+        crate::loader::columns_to_dict(py, columns, output.as_ref())?,
+        structure,
+    ))
+}
+
+/// `chute._chute.map_dataset(dataset, worker_init_fn=None, num_workers=0, collate_fn=None)`:
+/// a map-style dataset as a source (what `chute.Loader` calls for anything that is not a
+/// chute source).
+#[pyfunction]
+#[pyo3(signature = (dataset, worker_init_fn=None, num_workers=0, collate_fn=None))]
 pub(crate) fn map_dataset(
     dataset: &Bound<'_, PyAny>,
     worker_init_fn: Option<Py<PyAny>>,
     num_workers: usize,
+    collate_fn: Option<Py<PyAny>>,
 ) -> PyResult<crate::source::Source> {
     // DataLoader calls worker_init_fn in worker processes only: never with num_workers=0.
     let worker_init = worker_init_fn
         .filter(|_| num_workers > 0)
         .map(|f| (f, num_workers));
-    let inner = Arc::new(MapDataset::new(dataset, worker_init)?);
+    let inner = Arc::new(MapDataset::new(dataset, worker_init, collate_fn)?);
     Ok(crate::source::Source::from_dataset(inner))
 }

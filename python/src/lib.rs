@@ -31,7 +31,7 @@ mod transform;
 #[pymodule]
 mod _chute {
     #[pymodule_export]
-    use crate::dataset::map_dataset;
+    use crate::dataset::{collate_samples, map_dataset};
     #[pymodule_export]
     use crate::loader::Loader;
     #[pymodule_export]

@@ -72,52 +72,70 @@ impl Loader {
         Ok(loader)
     }
 
-    /// The batch as `{name: array}`; variable-length columns as `list[bytes]` / `list[str]`,
-    /// arrays of differing shapes as a list of arrays.
+    /// The batch as `{name: array}` (see [`columns_to_dict`]).
     fn to_dict<'py>(&self, py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (name, column) in batch.columns {
-            match column {
-                Column::Tensor(t) => {
-                    let t = Bound::new(py, Tensor::new(t))?.into_any();
-                    match &self.output {
-                        Some(f) => d.set_item(name, f.call1(py, (t,))?)?,
-                        None => d.set_item(name, t)?,
-                    }
-                }
-                Column::Var(v) => {
-                    let values = PyList::empty(py);
-                    for i in 0..v.len() {
-                        let b = v.get(i);
-                        if v.text {
-                            values.append(PyString::new(py, &String::from_utf8_lossy(b)))?;
-                        } else {
-                            values.append(PyBytes::new(py, b))?;
-                        }
-                    }
-                    d.set_item(name, values)?;
-                }
-                Column::List(tensors) => {
-                    let values = PyList::empty(py);
-                    for t in tensors {
-                        let t = Bound::new(py, Tensor::new(t))?.into_any();
-                        match &self.output {
-                            Some(f) => values.append(f.call1(py, (t,))?)?,
-                            None => values.append(t)?,
-                        }
-                    }
-                    d.set_item(name, values)?;
-                }
-                _ => {
-                    return Err(PyTypeError::new_err(format!(
-                        "column {name:?} has a kind this version of the Python package cannot \
-                         convert"
-                    )));
+        columns_to_dict(py, batch.columns, self.output.as_ref())
+    }
+}
+
+/// Batch columns as `{name: array}`: fixed-shape columns as `chute.Tensor`s handed through
+/// `output` (numpy, torch, JAX), variable-length columns as `list[bytes]` / `list[str]`, arrays
+/// of differing shapes as a list of arrays, a `collate_fn`'s result as itself.
+pub(crate) fn columns_to_dict<'py>(
+    py: Python<'py>,
+    columns: Vec<(String, Column)>,
+    output: Option<&Py<PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, column) in columns {
+        match column {
+            Column::Tensor(t) => {
+                let t = Bound::new(py, Tensor::new(t))?.into_any();
+                match output {
+                    Some(f) => d.set_item(name, f.call1(py, (t,))?)?,
+                    None => d.set_item(name, t)?,
                 }
             }
+            Column::Var(v) => {
+                let values = PyList::empty(py);
+                for i in 0..v.len() {
+                    let b = v.get(i);
+                    if v.text {
+                        values.append(PyString::new(py, &String::from_utf8_lossy(b)))?;
+                    } else {
+                        values.append(PyBytes::new(py, b))?;
+                    }
+                }
+                d.set_item(name, values)?;
+            }
+            Column::List(tensors) => {
+                let values = PyList::empty(py);
+                for t in tensors {
+                    let t = Bound::new(py, Tensor::new(t))?.into_any();
+                    match output {
+                        Some(f) => values.append(f.call1(py, (t,))?)?,
+                        None => values.append(t)?,
+                    }
+                }
+                d.set_item(name, values)?;
+            }
+            Column::Object(o) => match o.0.downcast_ref::<Py<PyAny>>() {
+                Some(v) => d.set_item(name, v.clone_ref(py))?,
+                None => {
+                    return Err(PyTypeError::new_err(format!(
+                        "column {name:?} holds a value that is not a Python object"
+                    )));
+                }
+            },
+            _ => {
+                return Err(PyTypeError::new_err(format!(
+                    "column {name:?} has a kind this version of the Python package cannot \
+                     convert"
+                )));
+            }
         }
-        Ok(d)
     }
+    Ok(d)
 }
 
 #[pymethods]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 
@@ -165,7 +166,9 @@ def test_dataloader_arguments():
     chute.Loader(Zoo(), persistent_workers=True, in_order=True)
     for kwargs, what in [(dict(sampler=[0, 1]), "shuffle="), (dict(batch_sampler=[[0]]), "shuffle="),
                          (dict(multiprocessing_context="spawn"), "threads"),
-                         (dict(collate_fn=lambda b: b), "default_collate")]:
+                         (dict(collate_fn=len, transforms=[lambda s: s]), "transforms"),
+                         (dict(collate_fn=len, on_error="skip"), "on_error"),
+                         (dict(collate_fn=3), "not callable")]:
         with pytest.raises(chute.ConfigError, match=what):
             chute.Loader(Zoo(), **kwargs)
     with pytest.raises(chute.ConfigError, match="worker_init_fn"):
@@ -175,8 +178,81 @@ def test_dataloader_arguments():
         def __iter__(self):
             yield 1
 
-    with pytest.raises(TypeError, match="iterable dataset"):
-        chute.Loader(Stream())
+    assert [list(b) for b in chute.Loader(Stream(), batch_size=2)] == [[1]]  # test_iterable.py
+
+
+class Objects:
+    """Samples default_collate refuses (an arbitrary object): only a collate_fn takes them."""
+
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        if i == 13 and getattr(self, "fail", False):
+            raise KeyError(f"no item {i}")
+        return {"label": i, "obj": object()}
+
+
+def test_collate_fn_runs_per_batch_on_the_worker_threads(tmp_path):
+    threads = set()
+
+    def collate(samples):
+        threads.add(threading.get_ident())
+        return {"n": len(samples), "labels": [s["label"] for s in samples], "objs": samples}
+
+    args = dict(batch_size=6, shuffle=True, seed=4, collate_fn=collate)
+    batches = list(chute.Loader(Objects(), num_workers=2, **args))
+    assert [b["n"] for b in batches] == [6, 6, 6, 2]
+    assert all(isinstance(s["obj"], object) for b in batches for s in b["objs"])
+    assert threading.get_ident() not in threads  # collated on worker threads
+    order = [i for b in batches for i in b["labels"]]
+    assert sorted(order) == list(range(20))
+    # The order is chute's, whatever the number of workers, as without a collate_fn.
+    assert order == [i for b in chute.Loader(Objects(), **args) for i in b["labels"]]
+    # Resume mid-epoch: the rest of the epoch, exactly.
+    loader = chute.Loader(Objects(), num_workers=2, **args)
+    it = iter(loader)
+    first = next(it)["labels"]
+    state = loader.state_dict()
+    resumed = chute.Loader(Objects(), num_workers=2, **args)
+    resumed.load_state_dict(state)
+    assert first + [i for b in resumed for i in b["labels"]] == order
+    # Ranks partition.
+    parts = [[i for b in chute.Loader(Objects(), rank=r, world_size=2, **args) for i in b["labels"]]
+             for r in range(2)]
+    assert sorted(parts[0] + parts[1]) == list(range(20))
+    # Exceptions, in __getitem__ or in collate_fn, are raised as themselves.
+    bad = Objects()
+    bad.fail = True
+    with pytest.raises(KeyError, match="no item 13"):
+        list(chute.Loader(bad, batch_size=4, collate_fn=collate, num_workers=2))
+
+    def broken(samples):
+        raise ValueError("collate failed")
+
+    with pytest.raises(ValueError, match="collate failed"):
+        next(iter(chute.Loader(Objects(), batch_size=4, collate_fn=broken, num_workers=1)))
+    with pytest.raises(chute.ConfigError, match="natively"):
+        chute.Loader(_tokens_source(), collate_fn=collate)
+
+
+def test_collate_fn_matches_dataloader_with_it():
+    torch = pytest.importorskip("torch", reason="torch not installed: the PyPI wheel pulls ~3 GB of CUDA libraries; see README")
+
+    def pad_collate(samples):
+        # Variable-length sequences padded per batch, the classic custom collate_fn.
+        seqs = [torch.arange(s) for s in samples]
+        return torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True), torch.tensor(samples)
+
+    data = [i % 7 + 1 for i in range(50)]
+    ours = list(chute.Loader(data, batch_size=8, shuffle=True, num_workers=2, collate_fn=pad_collate))
+    theirs = list(torch.utils.data.DataLoader(data, batch_size=8, shuffle=True, num_workers=2,
+                                              collate_fn=pad_collate))
+    assert [len(b[1]) for b in ours] == [len(b[1]) for b in theirs]
+    key = lambda batch: sorted((int(n), p[: int(n)].tolist()) for p, n in zip(*batch))
+    assert sorted(x for b in ours for x in key(b)) == sorted(x for b in theirs for x in key(b))
+    for padded, lengths in ours:
+        assert padded.shape == (len(lengths), int(lengths.max()))
 
 
 def _tokens_source():

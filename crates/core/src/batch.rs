@@ -15,6 +15,21 @@ pub enum Column {
     /// Arrays whose shapes differ between samples (an image without a crop, say): one tensor
     /// per sample, all of one dtype. Ask the loader for padding to get one tensor and a mask.
     List(Vec<Tensor>),
+    /// A value the engine carries without looking inside: what a source's own collation
+    /// made of the whole batch (the result of a Python `collate_fn`). It has no bytes to
+    /// pin or digest.
+    Object(Opaque),
+}
+
+/// An opaque, shareable value in a batch ([`Column::Object`]); the consumer that asked for it
+/// downcasts it.
+#[derive(Clone)]
+pub struct Opaque(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for Opaque {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Opaque(..)")
+    }
 }
 
 impl Column {
@@ -22,7 +37,7 @@ impl Column {
     pub fn as_tensor(&self) -> Option<&Tensor> {
         match self {
             Column::Tensor(t) => Some(t),
-            Column::Var(_) | Column::List(_) => None,
+            Column::Var(_) | Column::List(_) | Column::Object(_) => None,
         }
     }
 
@@ -32,6 +47,7 @@ impl Column {
             Column::Tensor(t) => t.as_bytes().len(),
             Column::Var(v) => v.data.as_bytes().len() + v.offsets.as_bytes().len(),
             Column::List(ts) => ts.iter().map(|t| t.as_bytes().len()).sum(),
+            Column::Object(_) => 0,
         }
     }
 }

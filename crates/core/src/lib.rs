@@ -44,7 +44,7 @@ mod state;
 mod tensor;
 mod transform;
 
-pub use batch::{Batch, Column, VarColumn};
+pub use batch::{Batch, Column, Opaque, VarColumn};
 pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
 pub use dtype::{DType, Element, cast_into, check_cast};
 pub use error::{BoxError, ConfigError, Corruption, Error, OnError, Result, SampleRef, StateError};

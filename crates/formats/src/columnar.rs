@@ -297,6 +297,19 @@ pub(crate) fn gather(
     null: impl Fn(usize, usize, usize) -> Error,
 ) -> Result<Vec<(String, Column)>, Error> {
     let n = rows.len();
+    // A batch of consecutive rows of one part (a read in file order) copies each fixed-width
+    // column with one move.
+    let run = match (rows.first(), rows.last()) {
+        (Some(&(p, first)), Some(&(q, last)))
+            if p == q
+                && last >= first
+                && last - first + 1 == n
+                && rows.iter().enumerate().all(|(i, &r)| r == (p, first + i)) =>
+        {
+            Some((p, first))
+        }
+        _ => None,
+    };
     let mut out = Vec::with_capacity(names.len());
     for (c, (name, &kind)) in names.iter().zip(kinds).enumerate() {
         for (p, part) in parts.iter().enumerate() {
@@ -329,6 +342,15 @@ pub(crate) fn gather(
                     .collect();
                 let mut buf = pool.take(n * w);
                 let dst = buf.as_mut_slice();
+                if let Some((p, first)) = run {
+                    dst.copy_from_slice(&raws[p][first * w..(first + n) * w]);
+                    let shape = match kind {
+                        Kind::List(..) => vec![n, k],
+                        _ => vec![n],
+                    };
+                    out.push((name.clone(), Column::Tensor(Tensor::new(d, shape, buf))));
+                    continue;
+                }
                 // Fixed widths copy with one move each instead of a `memcpy` call.
                 match w {
                     1 => gather_fixed::<1>(dst, &raws, rows),

@@ -85,6 +85,8 @@ pub struct ArrowSource {
     names: Vec<String>,
     kinds: Vec<Kind>,
     manifest: Manifest,
+    /// Samples in the dataset.
+    len: u64,
 }
 
 impl std::fmt::Debug for ArrowSource {
@@ -317,6 +319,7 @@ impl ArrowSource {
         }
         let manifest = Manifest::new(crate::Format::Arrow.name(), shards)
             .with_param("columns", names.join(","));
+        let len = manifest.total_samples();
         Ok(ArrowSource {
             files,
             parts,
@@ -326,6 +329,7 @@ impl ArrowSource {
             names,
             kinds,
             manifest,
+            len,
         })
     }
 
@@ -400,7 +404,9 @@ impl ArrowSource {
 
     /// The row behind sample `id`, checked against the dataset's length.
     fn row(&self, id: u64) -> Result<u64, Error> {
-        self.manifest.locate_checked(id)?;
+        if id >= self.len {
+            self.manifest.locate_checked(id)?;
+        }
         Ok(match &self.indices {
             Some(ix) => ix[id as usize],
             None => id,

@@ -54,6 +54,21 @@ pub(crate) fn collate(
     Ok(columns)
 }
 
+/// Collates `samples` as the loader's batcher does (for batches built outside the engine,
+/// such as those of a stream without random access): every sample must have the first one's
+/// fields, arrays of differing shapes become a [`Column::List`], or with `pad` a zero-padded
+/// tensor plus a `<name>_mask`.
+pub fn collate_samples(
+    samples: &[Sample],
+    pool: &BufferPool,
+    pad: bool,
+) -> Result<Vec<(String, Column)>, Error> {
+    if samples.is_empty() {
+        return Ok(Vec::new());
+    }
+    collate(samples, pool, pad)
+}
+
 /// Columns from a source's columnar path ([`chute_core::Source::collate`], which knows
 /// nothing of padding) made what [`collate`] gives for the same samples: a list whose tensors
 /// share one shape becomes one tensor; with `pad`, lists are zero-padded and every column of

@@ -45,6 +45,7 @@ mod pinned;
 mod stats;
 mod workers;
 
+pub use collate::collate_samples;
 pub use digest::{StreamDigest, batch_digest};
 pub use loader::{Loader, LoaderBuilder, LoaderOptions, Poll};
 pub use stats::{StageStats, StatsSnapshot};

@@ -1,0 +1,354 @@
+"""Iterable datasets (``__iter__`` only) under ``chute.Loader``: what can honestly be kept.
+
+An iterable has no random access, so chute's plan (global shuffle, block shuffle, an exact
+split by shards) cannot apply. What this engine keeps instead:
+
+- **Order:** the stream's own, or with ``shuffle`` a seeded shuffle buffer (``True``: 10,000
+  samples; ``"buffer:N"``), the same for (stream, seed, epoch, rank, world size).
+- **Ranks:** sample ``k`` of the stream goes to rank ``k % world_size``. With ``__len__``,
+  each rank takes ``len // world_size`` samples (the remainder is dropped), so every rank has
+  the same number of batches; without it, counts may differ by one batch.
+- **State:** ``state_dict()`` holds the dataset's own ``state_dict()`` (taken after the last
+  sample of the last batch delivered) when it has one and there is no shuffle buffer;
+  otherwise the count of batches delivered, and a resume replays the stream to there (the
+  skipped batches are not collated).
+- **Work:** one producer thread iterates the dataset (an iterator is one stream), collates
+  batches natively (or with ``collate_fn``) and keeps ``prefetch`` batches ready.
+  ``dataset.set_epoch(epoch)`` is called at each epoch's start when it exists.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy
+
+from . import _chute
+from ._errors import ConfigError, StateError
+
+_FORMAT = "chute-iterable/1"
+DEFAULT_BUFFER = 10_000
+
+
+def buffer_size(shuffle: Any) -> int:
+    """The shuffle buffer ``shuffle`` asks for (0: none)."""
+    if shuffle is False or shuffle == "none":
+        return 0
+    if shuffle is True:
+        return DEFAULT_BUFFER
+    if isinstance(shuffle, str) and shuffle.startswith("buffer:"):
+        try:
+            n = int(shuffle.split(":", 1)[1])
+        except ValueError:
+            n = 0
+        if n >= 1:
+            return n
+    raise ConfigError(
+        f"invalid shuffle: {shuffle!r} for an iterable dataset; use False, True (a shuffle "
+        f"buffer of {DEFAULT_BUFFER:,} samples) or 'buffer:N' (an iterable has no random "
+        "access, so 'global' and 'block' cannot apply)"
+    )
+
+
+class _Stop(Exception):
+    pass
+
+
+class IterableEngine:
+    """What ``chute.Loader`` drives for an iterable dataset; the interface of
+    ``chute._chute.Loader`` (iteration per epoch, state, stats, options)."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        batch_size: int,
+        shuffle: Any,
+        seed: int,
+        rank: int,
+        world_size: int,
+        drop_last: bool,
+        pad: bool,
+        prefetch: int,
+        timeout: float,
+        output: Optional[Callable[[Any], Any]],
+        rebuild: Callable[[Dict[str, Any], Any], Any],
+        collate_fn: Optional[Callable[[List[Any]], Any]],
+        num_workers: int,
+        worker_init_fn: Optional[Callable[[int], Any]] = None,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"invalid batch_size: {batch_size!r}; use at least 1")
+        if not 0 <= rank < world_size:
+            raise ConfigError(f"invalid rank: {rank} is not in 0..{world_size}")
+        self.dataset = dataset
+        self.buffer = buffer_size(shuffle)
+        self.options: Dict[str, Any] = {
+            "batch_size": batch_size,
+            "num_workers": num_workers,
+            "prefetch": prefetch,
+            "shuffle": f"buffer:{self.buffer}" if self.buffer else "none",
+            "seed": seed,
+            "rank": rank,
+            "world_size": world_size,
+            "drop_last": drop_last,
+            "on_error": "raise",
+            "pad": pad,
+        }
+        self.timeout = timeout
+        self.output = output
+        self.rebuild = rebuild
+        self.collate_fn = collate_fn
+        self.worker_init_fn = worker_init_fn
+        self.epoch = 0
+        self.closed = False
+        self.pinned = False
+        self.pin_memory_fallback: Optional[str] = None
+        # Position: batches delivered this epoch, the stream index after the last one, and
+        # the dataset's own state then (when it keeps one and no buffer reorders).
+        self._delivered = 0
+        self._stream_index = 0
+        self._dataset_state: Any = None
+        self._resume: Optional[Dict[str, Any]] = None
+        self._stats = {"batches": 0, "samples": 0}
+        self._stop: Optional[threading.Event] = None
+        self._thread: Optional[threading.Thread] = None
+        self._stateful = (
+            self.buffer == 0
+            and callable(getattr(dataset, "state_dict", None))
+            and callable(getattr(dataset, "load_state_dict", None))
+        )
+
+    # Length --------------------------------------------------------------------------------
+
+    def _per_rank(self) -> Optional[int]:
+        try:
+            n = len(self.dataset)
+        except TypeError:
+            return None
+        return int(n) // int(self.options["world_size"])
+
+    def __len__(self) -> int:
+        per_rank = self._per_rank()
+        if per_rank is None:
+            raise TypeError(
+                f"{type(self.dataset).__name__} is an iterable dataset without __len__: its "
+                "number of batches is not known before it ends"
+            )
+        b = int(self.options["batch_size"])
+        return per_rank // b if self.options["drop_last"] else -(-per_rank // b)
+
+    # Epochs --------------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch = int(epoch)
+            self._delivered = 0
+            self._stream_index = 0
+            self._dataset_state = None
+            self._resume = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._run()
+
+    def _run(self) -> Iterator[Any]:
+        if self.closed:
+            raise ValueError("the loader is closed")
+        self._halt()
+        stop = threading.Event()
+        ready: "queue.Queue[Tuple[Any, ...]]" = queue.Queue(maxsize=max(1, self.options["prefetch"]))
+        resume = self._resume
+        self._resume = None
+        start = (self._delivered, self._stream_index, self._dataset_state)
+        if resume is not None:
+            start = (resume["batches"], resume["stream_index"], resume["dataset"])
+        thread = threading.Thread(
+            target=self._produce, args=(ready, stop, self.epoch, *start), daemon=True,
+            name="chute-iterable",
+        )
+        self._stop, self._thread = stop, thread
+        thread.start()
+        try:
+            while True:
+                try:
+                    item = ready.get(timeout=self.timeout if self.timeout > 0 else 0.1)
+                except queue.Empty:
+                    if self.timeout > 0:
+                        raise TimeoutError(
+                            f"no batch within timeout={self.timeout} s from the iterable dataset"
+                        ) from None
+                    continue
+                kind = item[0]
+                if kind == "end":
+                    break
+                if kind == "error":
+                    raise item[1]
+                _, batch, rows, stream_index, dataset_state = item
+                self._delivered += 1
+                self._stream_index = stream_index
+                self._dataset_state = dataset_state
+                self._stats["batches"] += 1
+                self._stats["samples"] += rows
+                yield batch
+            self.epoch += 1
+            self._delivered = 0
+            self._stream_index = 0
+            self._dataset_state = None
+        finally:
+            stop.set()
+
+    def _halt(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._stop = self._thread = None
+
+    # The producer --------------------------------------------------------------------------
+
+    def _produce(
+        self,
+        ready: "queue.Queue[Tuple[Any, ...]]",
+        stop: threading.Event,
+        epoch: int,
+        skip: int,
+        stream_index: int,
+        dataset_state: Any,
+    ) -> None:
+        def put(item: Tuple[Any, ...]) -> None:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    pass
+            raise _Stop
+
+        try:
+            ds = self.dataset
+            if self.worker_init_fn is not None:
+                self.worker_init_fn(0)  # the one producer thread is worker 0
+            if callable(getattr(ds, "set_epoch", None)):
+                ds.set_epoch(epoch)
+            resumed = self._stateful and dataset_state is not None
+            if resumed:
+                ds.load_state_dict(dataset_state)
+            else:
+                stream_index = 0  # replay from the start, skipping delivered batches
+            samples = self._mine(iter(ds), stream_index)
+            if self.buffer:
+                samples = self._shuffled(samples, epoch)
+            b, batch, index = 0, [], stream_index
+            bs = self.options["batch_size"]
+            for index, sample in samples:
+                batch.append(sample)
+                if len(batch) < bs:
+                    continue
+                b += 1
+                if resumed or b > skip:
+                    state = ds.state_dict() if self._stateful else None
+                    put(("batch", self._collate(batch), bs, index + 1, state))
+                batch = []
+            if batch and not self.options["drop_last"] and (resumed or b + 1 > skip):
+                state = ds.state_dict() if self._stateful else None
+                put(("batch", self._collate(batch), len(batch), index + 1, state))
+            put(("end",))
+        except _Stop:
+            pass
+        except BaseException as e:  # raised by next() as itself
+            try:
+                put(("error", e))
+            except _Stop:
+                pass
+
+    def _mine(self, it: Iterator[Any], start: int) -> Iterator[Tuple[int, Any]]:
+        """This rank's samples of the stream from stream index ``start``, with the index of
+        each (a resumed dataset's iterator starts there)."""
+        world, rank = self.options["world_size"], self.options["rank"]
+        per_rank = self._per_rank()
+        limit = None if per_rank is None else per_rank * world
+        k = start
+        for sample in it:
+            if limit is not None and k >= limit:
+                return
+            if k % world == rank:
+                yield k, sample
+            k += 1
+
+    def _shuffled(self, samples: Iterator[Tuple[int, Any]], epoch: int) -> Iterator[Tuple[int, Any]]:
+        """A seeded shuffle buffer over ``samples``."""
+        seed = (self.options["seed"], epoch, self.options["rank"])
+        rng = numpy.random.default_rng(numpy.random.SeedSequence(list(seed)))
+        buf: List[Tuple[int, Any]] = []
+        for item in samples:
+            if len(buf) < self.buffer:
+                buf.append(item)
+                continue
+            j = int(rng.integers(len(buf)))
+            out, buf[j] = buf[j], item
+            yield out
+        order = rng.permutation(len(buf))
+        for j in order:
+            yield buf[int(j)]
+
+    def _collate(self, samples: List[Any]) -> Any:
+        if self.collate_fn is not None:
+            return self.collate_fn(samples)
+        columns, structure = _chute.collate_samples(samples, self.options["pad"], self.output)
+        return self.rebuild(columns, structure)
+
+    # State ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        o = self.options
+        return {
+            "format": _FORMAT,
+            "epoch": self.epoch,
+            "batches": self._delivered,
+            "stream_index": self._stream_index,
+            "dataset": self._dataset_state,
+            "seed": o["seed"],
+            "shuffle": o["shuffle"],
+            "batch_size": o["batch_size"],
+            "rank": o["rank"],
+            "world_size": o["world_size"],
+        }
+
+    def load_state_dict(self, state: Any) -> None:
+        if isinstance(state, str):
+            import json
+
+            state = json.loads(state)
+        if not isinstance(state, dict) or state.get("format") != _FORMAT:
+            raise StateError(
+                "not the state of a chute loader over an iterable dataset "
+                f"(expected format {_FORMAT!r})"
+            )
+        o = self.options
+        for key in ("seed", "shuffle", "batch_size", "rank", "world_size"):
+            if state.get(key) != o[key]:
+                raise StateError(
+                    f"the state was saved with {key}={state.get(key)!r}, this loader has "
+                    f"{key}={o[key]!r}"
+                )
+        self._halt()
+        self.epoch = int(state["epoch"])
+        self._delivered = int(state["batches"])
+        self._stream_index = int(state["stream_index"])
+        self._dataset_state = state.get("dataset") if self._stateful else None
+        self._resume = {
+            "batches": self._delivered,
+            "stream_index": self._stream_index,
+            "dataset": self._dataset_state,
+        }
+
+    # Figures and lifetime ------------------------------------------------------------------
+
+    def stats(self) -> Dict[str, Any]:
+        return dict(self._stats)
+
+    def release(self) -> None:
+        self._halt()
+        self.closed = True
