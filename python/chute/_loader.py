@@ -16,7 +16,9 @@ import os
 import sys
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union, cast
+from typing import (
+    Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast,
+)
 
 import numpy
 
@@ -491,6 +493,11 @@ def _check_collate_fn(collate_fn: Any, transforms: Any, on_error: str) -> None:
         )
 
 
+# The native source of each live Hugging Face dataset object (by id, dropped with it; not on
+# the object, which datasets deep-copies): its fingerprint and columns, and the source.
+_hf_sources: "Dict[int, Tuple[Any, _chute.Source]]" = {}
+
+
 def _hf_arrow(obj: Any) -> "Optional[_chute.Source]":
     """A Hugging Face ``datasets.Dataset`` as a native source over its Arrow table (the
     cache files' memory maps, or the table in memory) and its indices mapping (``shuffle()``,
@@ -502,16 +509,27 @@ def _hf_arrow(obj: Any) -> "Optional[_chute.Source]":
     fmt = obj.format
     if fmt.get("type") == "custom":
         return None
+    columns = fmt.get("columns")
+    if fmt.get("output_all_columns"):
+        columns = None
+    # A dataset object's table never changes (its methods return new datasets; the in-place
+    # ones change its fingerprint), so the source is made once per (fingerprint, columns):
+    # importing the table's record batches costs about 25 us each.
+    key = (getattr(obj, "_fingerprint", None), None if columns is None else tuple(columns))
+    cached = _hf_sources.get(id(obj))
+    if cached is not None and key[0] is not None and cached[0] == key:
+        return cached[1]
     indices = None
     if obj._indices is not None:
         column = obj._indices.column(0)
         indices = numpy.asarray(column.to_numpy(), dtype="<u8").tobytes()
     files = [f.get("filename") for f in obj.cache_files]
     name = files[0] if files else f"datasets.Dataset({obj.info.dataset_name or 'in memory'})"
-    columns = fmt.get("columns")
-    if fmt.get("output_all_columns"):
-        columns = None
-    return _chute.arrow_table(obj.data.table, indices=indices, columns=columns, name=str(name))
+    source = _chute.arrow_table(obj.data.table, indices=indices, columns=columns, name=str(name))
+    if id(obj) not in _hf_sources:
+        weakref.finalize(obj, _hf_sources.pop, id(obj), None)
+    _hf_sources[id(obj)] = (key, source)
+    return source
 
 
 def _is_map_style(obj: Any) -> bool:

@@ -69,12 +69,14 @@ impl Leaf {
 /// The structure of a sample, fixed by the first one read.
 #[derive(Debug)]
 enum Node {
-    /// A mapping: its keys in the first sample's order, and each key's column-name part.
-    Map(Vec<(Py<PyAny>, String, Node)>),
-    /// A tuple, list or namedtuple of this many items.
-    Seq(Vec<Node>),
-    /// A leaf: its column and kind.
-    Leaf(String, Leaf),
+    /// A mapping: its keys in the first sample's order, each key's column-name part and the
+    /// path to it (`meta/label`), and its node.
+    Map(Vec<(Py<PyAny>, String, String, Node)>),
+    /// A tuple, list or namedtuple of this many items: the path to each, and its node.
+    Seq(Vec<(String, Node)>),
+    /// A leaf: its column (interned: naming each sample's field costs no allocation) and
+    /// kind.
+    Leaf(FieldName, Leaf),
 }
 
 /// The structure with its Python description (for the facade, which rebuilds batches).
@@ -387,7 +389,7 @@ fn node(
             .into_pyobject(py)?
             .into_any()
             .unbind();
-        return Ok((Node::Leaf(column, kind), tree));
+        return Ok((Node::Leaf(intern(&column), kind), tree));
     }
     let abc = py.import("collections.abc")?;
     if v.is_instance(&abc.getattr("Mapping")?)? {
@@ -401,9 +403,10 @@ fn node(
                 key.str()?.to_string()
             };
             let child = v.get_item(&key)?;
-            let (n, t) = node(py, &child, &join(path, &part), columns)?;
+            let full = join(path, &part);
+            let (n, t) = node(py, &child, &full, columns)?;
             described.append((&key, t))?;
-            entries.push((key.unbind(), part, n));
+            entries.push((key.unbind(), part, full, n));
         }
         let tree = ("map", v.get_type(), described)
             .into_pyobject(py)?
@@ -415,9 +418,10 @@ fn node(
         let mut items = Vec::new();
         let described = PyList::empty(py);
         for (i, child) in v.try_iter()?.enumerate() {
-            let (n, t) = node(py, &child?, &join(path, &i.to_string()), columns)?;
+            let full = join(path, &i.to_string());
+            let (n, t) = node(py, &child?, &full, columns)?;
             described.append(t)?;
-            items.push(n);
+            items.push((full, n));
         }
         let tree = ("seq", v.get_type(), described)
             .into_pyobject(py)?
@@ -451,7 +455,7 @@ fn flatten(
     };
     match node {
         Node::Map(entries) => {
-            for (key, part, child) in entries {
+            for (key, part, full, child) in entries {
                 let value = v.get_item(key.bind(py)).map_err(|e| {
                     if !e.is_instance_of::<pyo3::exceptions::PyKeyError>(py) {
                         return e; // the mapping's own failure, raised as itself
@@ -462,7 +466,7 @@ fn flatten(
                         at()
                     ))
                 })?;
-                flatten(py, child, &value, &join(path, part), id, out)?;
+                flatten(py, child, &value, full, id, out)?;
             }
             Ok(())
         }
@@ -482,24 +486,15 @@ fn flatten(
                     items.len()
                 )));
             }
-            for (i, child) in items.iter().enumerate() {
-                flatten(
-                    py,
-                    child,
-                    &v.get_item(i)?,
-                    &join(path, &i.to_string()),
-                    id,
-                    out,
-                )?;
+            for (i, (full, child)) in items.iter().enumerate() {
+                flatten(py, child, &v.get_item(i)?, full, id, out)?;
             }
             Ok(())
         }
         Node::Leaf(column, kind) => {
             let got = leaf_kind(v)?;
             let field = match (kind, got) {
-                (Leaf::Array { .. }, Some(Leaf::Array { .. })) => {
-                    Field::Array(array(py, v, &at())?)
-                }
+                (Leaf::Array { .. }, Some(Leaf::Array { .. })) => Field::Array(array(py, v, at)?),
                 (Leaf::Int, Some(Leaf::Int)) => {
                     let x: i64 = v.extract().map_err(|_| {
                         PyTypeError::new_err(format!("{}: {} does not fit in int64", at(), v))
@@ -534,10 +529,28 @@ fn flatten(
                     )));
                 }
             };
-            out.push((FieldName::Owned(column.clone()), field));
+            out.push((column.clone(), field));
             Ok(())
         }
     }
+}
+
+/// `name` as a field name that lives for the process, so that each sample's field names are
+/// borrowed, not allocated; past 65,536 distinct names (samples with ever new keys), owned.
+fn intern(name: &str) -> FieldName {
+    static NAMES: std::sync::Mutex<Option<std::collections::HashSet<&'static str>>> =
+        std::sync::Mutex::new(None);
+    let mut guard = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let names = guard.get_or_insert_with(Default::default);
+    if let Some(&known) = names.get(name) {
+        return FieldName::Borrowed(known);
+    }
+    if names.len() >= 1 << 16 {
+        return FieldName::Owned(name.to_string());
+    }
+    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+    names.insert(leaked);
+    FieldName::Borrowed(leaked)
 }
 
 fn scalar(dtype: DType, bytes: &[u8]) -> Array {
@@ -568,32 +581,84 @@ impl Numpy {
     }
 }
 
-/// A C-contiguous little-endian ndarray as an array field straight from its
-/// `__array_interface__` (one attribute lookup); `None` when it needs converting first.
+/// numpy's C-level array interface, what `__array_struct__`'s capsule points to (the array
+/// interface protocol, version 3).
+#[repr(C)]
+struct PyArrayInterface {
+    two: std::ffi::c_int,
+    nd: std::ffi::c_int,
+    typekind: std::ffi::c_char,
+    itemsize: std::ffi::c_int,
+    flags: std::ffi::c_int,
+    shape: *const isize,
+    strides: *const isize,
+    data: *const std::ffi::c_void,
+    descr: *mut std::ffi::c_void,
+}
+
+/// `PyArrayInterface::flags`: C-contiguous, and in the machine's byte order.
+const NPY_C_CONTIGUOUS: std::ffi::c_int = 0x1;
+const NPY_NOTSWAPPED: std::ffi::c_int = 0x200;
+
+/// A C-contiguous native-order ndarray as an array field straight from its
+/// `__array_struct__` (one capsule: much cheaper than `__array_interface__`'s dict); `None`
+/// when it needs converting first.
 fn plain_array(a: &Bound<'_, PyAny>) -> PyResult<Option<Array>> {
-    let iface = a.getattr("__array_interface__")?;
-    if !iface.get_item("strides")?.is_none() {
-        return Ok(None);
-    }
-    let typestr = iface.get_item("typestr")?;
-    let typestr: String = typestr.extract()?;
-    let Ok(dtype) = dtype_from_descr(&typestr) else {
+    let capsule = a.getattr(pyo3::intern!(a.py(), "__array_struct__"))?;
+    let Ok(capsule) = capsule.cast::<pyo3::types::PyCapsule>() else {
         return Ok(None);
     };
-    let shape: Vec<usize> = iface.get_item("shape")?.extract()?;
-    let (ptr, _readonly): (usize, bool) = iface.get_item("data")?.extract()?;
+    let Ok(ptr) = capsule.pointer_checked(None) else {
+        return Ok(None);
+    };
+    // SAFETY: numpy's `__array_struct__` capsule points to a `PyArrayInterface` that lives
+    // as long as the capsule, which we hold.
+    let iface = unsafe { &*ptr.as_ptr().cast::<PyArrayInterface>() };
+    let wanted = NPY_C_CONTIGUOUS | NPY_NOTSWAPPED;
+    if iface.two != 2 || iface.nd < 0 || iface.flags & wanted != wanted {
+        return Ok(None);
+    }
+    let dtype = match (iface.typekind as u8, iface.itemsize) {
+        (b'b', 1) => DType::Bool,
+        (b'u', 1) => DType::U8,
+        (b'u', 2) => DType::U16,
+        (b'u', 4) => DType::U32,
+        (b'u', 8) => DType::U64,
+        (b'i', 1) => DType::I8,
+        (b'i', 2) => DType::I16,
+        (b'i', 4) => DType::I32,
+        (b'i', 8) => DType::I64,
+        (b'f', 2) => DType::F16,
+        (b'f', 4) => DType::F32,
+        (b'f', 8) => DType::F64,
+        // Kinds numpy has no letter for (bfloat16 from ml_dtypes): by the dtype's name.
+        _ => {
+            let descr: String = a.getattr("dtype")?.getattr("str")?.extract()?;
+            match dtype_from_descr(&descr) {
+                Ok(d) if d.size() == iface.itemsize as usize => d,
+                _ => return Ok(None),
+            }
+        }
+    };
+    let nd = iface.nd as usize;
+    let shape: Vec<usize> = (0..nd)
+        // SAFETY: `shape` holds `nd` extents.
+        .map(|i| unsafe { *iface.shape.add(i) }.max(0) as usize)
+        .collect();
     let len = shape.iter().product::<usize>() * dtype.size();
     let bytes = match len {
         0 => Bytes::new(),
-        // SAFETY: `ptr..ptr + len` is the C-contiguous buffer of `a`, alive (we hold a
+        // SAFETY: `data..data + len` is the C-contiguous buffer of `a`, alive (we hold a
         // reference) and not written by Python while we hold the GIL.
-        _ => Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }),
+        _ => Bytes::copy_from_slice(unsafe {
+            std::slice::from_raw_parts(iface.data.cast::<u8>(), len)
+        }),
     };
     Ok(Some(Array::new(dtype, shape, bytes)))
 }
 
 /// A numpy array, numpy scalar or torch tensor leaf as an array field.
-fn array(py: Python<'_>, v: &Bound<'_, PyAny>, at: &str) -> PyResult<Array> {
+fn array(py: Python<'_>, v: &Bound<'_, PyAny>, at: impl Fn() -> String) -> PyResult<Array> {
     let np = Numpy::get(py)?;
     if v.get_type().is(np.ndarray.bind(py))
         && let Some(a) = plain_array(v)?
@@ -622,15 +687,17 @@ fn array(py: Python<'_>, v: &Bound<'_, PyAny>, at: &str) -> PyResult<Array> {
     let descr: String = dt.getattr("str")?.extract()?;
     let Ok(dtype) = dtype_from_descr(&descr) else {
         return Err(PyTypeError::new_err(format!(
-            "{at} is an array of dtype {}, which chute cannot batch (numbers and bool only; \
+            "{} is an array of dtype {}, which chute cannot batch (numbers and bool only; \
              default_collate refuses strings and objects too)",
+            at(),
             dt.str().map(|s| s.to_string()).unwrap_or_default()
         )));
     };
     match plain_array(&a)? {
         Some(array) => Ok(array),
         None => Err(PyTypeError::new_err(format!(
-            "{at}: numpy gave a {dtype} array that is not C-contiguous little-endian data"
+            "{}: numpy gave a {dtype} array that is not C-contiguous little-endian data",
+            at()
         ))),
     }
 }

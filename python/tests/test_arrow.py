@@ -173,6 +173,10 @@ def test_hugging_face_datasets_are_read_natively(tmp_path):
     t = next(iter(chute.Loader(mixed.with_format("torch", columns=["label", "vec"]), batch_size=4)))
     assert set(t) == {"label", "vec"}
     assert isinstance(t["vec"], torch.Tensor) and t["vec"].shape == (4, 3)
+    # The source is made once per dataset object, and again after an in-place change.
+    assert chute.Loader(mixed)._source is chute.Loader(mixed)._source
+    mixed.set_format(columns=["text"])
+    assert set(next(iter(chute.Loader(mixed, batch_size=2)))) == {"text"}
 
 
 def test_load_dataset_caches_and_set_transform(tmp_path):

@@ -412,16 +412,29 @@ fn gather_fixed<const W: usize>(dst: &mut [u8], raws: &[&[u8]], rows: &[(usize, 
     }
 }
 
-/// A column of `len` rows whose arrays the gathers can trust: lengths and offsets checked,
-/// after [`project`].
-pub(crate) fn checked(col: ArrayRef, len: usize, what: &str) -> Result<ArrayRef, String> {
+/// A column of `len` rows whose arrays the gathers can trust, after [`project`]: its length
+/// checked and, with `validate`, its offsets and values (arrays a decoder built unchecked;
+/// those the IPC decoder or a C-interface producer made are valid already). `what` names the
+/// column in errors.
+pub(crate) fn checked(
+    col: ArrayRef,
+    len: usize,
+    validate: bool,
+    what: impl Fn() -> String,
+) -> Result<ArrayRef, String> {
     let col = project(col)?;
     if col.len() != len {
-        return Err(format!("{what} has {} values for {len} rows", col.len()));
+        return Err(format!(
+            "{} has {} values for {len} rows",
+            what(),
+            col.len()
+        ));
     }
-    col.to_data()
-        .validate_full()
-        .map_err(|e| format!("{what} is corrupt: {e}"))?;
+    if validate {
+        col.to_data()
+            .validate_full()
+            .map_err(|e| format!("{} is corrupt: {e}", what()))?;
+    }
     Ok(col)
 }
 

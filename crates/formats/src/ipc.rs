@@ -184,11 +184,9 @@ impl ArrowSource {
                 .iter()
                 .zip(&names)
                 .map(|(&i, name)| {
-                    columnar::checked(
-                        batch.column(i).clone(),
-                        rows,
-                        &format!("record batch {b}: column {name:?}"),
-                    )
+                    columnar::checked(batch.column(i).clone(), rows, false, || {
+                        format!("record batch {b}: column {name:?}")
+                    })
                 })
                 .collect::<Result<Vec<_>, String>>()
                 .map_err(|reason| Error::corrupt(origin, 0, reason))?;
@@ -386,7 +384,9 @@ impl ArrowSource {
             .columns()
             .iter()
             .zip(&self.names)
-            .map(|(c, name)| columnar::checked(c.clone(), rows, &format!("column {name:?}")))
+            .map(|(c, name)| {
+                columnar::checked(c.clone(), rows, false, || format!("column {name:?}"))
+            })
             .collect()
     }
 

@@ -297,11 +297,9 @@ impl ParquetSource {
                 "row group {gi}: column {name:?} decoded into several"
             ));
         }
-        columnar::checked(
-            batch.column(0).clone(),
-            rows,
-            &format!("row group {gi}: column {name:?}"),
-        )
+        columnar::checked(batch.column(0).clone(), rows, true, || {
+            format!("row group {gi}: column {name:?}")
+        })
     }
 
     fn null_error(&self, g: usize, row: usize, col: usize) -> Error {

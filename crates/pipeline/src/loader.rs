@@ -490,6 +490,7 @@ impl Loader {
             cancel: AtomicBool::new(false),
             on_error: self.options.on_error,
             pad: self.options.pad,
+            assist: None,
         };
         self.run = Some(Run::start(
             job,

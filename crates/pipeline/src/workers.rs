@@ -11,7 +11,7 @@
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -44,6 +44,87 @@ pub(crate) struct Job {
     pub(crate) on_error: OnError,
     /// Pad arrays of differing shapes (with a mask column) instead of listing them.
     pub(crate) pad: bool,
+    /// The run's first batch, its reads shared out among the workers ([`Run::start`] sets it
+    /// when there are several).
+    pub(crate) assist: Option<Assist>,
+}
+
+/// The first batch of a run with its reads shared out among the workers: each worker takes
+/// unclaimed chunks of it before each chunk of its own batch, so the first batch arrives in
+/// about 1/workers of the time one worker takes (they would otherwise each build a batch of
+/// their own meanwhile). Later batches are one worker's each: in steady state that is the
+/// same throughput with less coordination. Only reads are shared (the work of a Python
+/// dataset's `__getitem__`); transforms stay with the batch's worker.
+pub(crate) struct Assist {
+    batch: u64,
+    ids: Vec<u64>,
+    chunk: usize,
+    /// Set by the batch's worker once it reads sample by sample (not through the source's
+    /// columnar path, which reads nothing here).
+    open: AtomicBool,
+    next: AtomicUsize,
+    results: Mutex<Vec<Option<Reads>>>,
+    filled: Condvar,
+}
+
+/// The results of reading a chunk of samples, in order.
+type Reads = Vec<Result<Sample, Error>>;
+
+impl Assist {
+    /// Sharing batch `b` of `job` (plan ids `ids`) among `workers`.
+    fn new(b: u64, ids: Vec<u64>, workers: usize) -> Assist {
+        let chunk = ids.len().div_ceil(2 * workers.max(1)).clamp(1, READ_CHUNK);
+        let chunks = ids.len().div_ceil(chunk);
+        Assist {
+            batch: b,
+            ids,
+            chunk,
+            open: AtomicBool::new(false),
+            next: AtomicUsize::new(0),
+            results: Mutex::new((0..chunks).map(|_| None).collect()),
+            filled: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Option<Reads>>> {
+        self.results.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads unclaimed chunks until none is left (nothing once the batch is read).
+    fn help(&self, job: &Job) {
+        if !self.open.load(Ordering::Acquire) {
+            return;
+        }
+        while self.next.load(Ordering::Relaxed) * self.chunk < self.ids.len() {
+            let c = self.next.fetch_add(1, Ordering::AcqRel);
+            let start = c * self.chunk;
+            if start >= self.ids.len() {
+                return;
+            }
+            let ids = &self.ids[start..(start + self.chunk).min(self.ids.len())];
+            let read = match job.check_cancel(ids[0]) {
+                Ok(()) => job.read_many(ids),
+                Err(_) => ids.iter().map(|&id| Err(job.cancelled(id))).collect(),
+            };
+            self.lock()[c] = Some(read);
+            self.filled.notify_all();
+        }
+    }
+
+    /// The batch's worker: opens the batch to helpers, reads chunks too, waits for the rest;
+    /// the reads in order.
+    fn gather(&self, job: &Job) -> Vec<Result<Sample, Error>> {
+        self.open.store(true, Ordering::Release);
+        self.help(job);
+        let mut results = self.lock();
+        while results.iter().any(Option::is_none) {
+            results = self.filled.wait(results).unwrap_or_else(|e| e.into_inner());
+        }
+        results
+            .iter_mut()
+            .flat_map(|c| c.take().unwrap_or_default())
+            .collect()
+    }
 }
 
 /// With `on_error = skip`, how many following samples are tried in place of a failed one
@@ -76,17 +157,33 @@ impl Job {
 
         let t0 = Instant::now();
         self.plan.extend_ids(lo..hi, &mut ids);
-        for start in (0..ids.len()).step_by(READ_CHUNK) {
-            let end = (start + READ_CHUNK).min(ids.len());
-            self.check_cancel(ids[start])?;
-            let read = self.read_many(&ids[start..end]);
-            for (k, r) in (start..end).zip(read) {
-                let sample = match r {
-                    Ok(s) => s,
-                    Err(e) => self.replace(lo + k as u64, e, false, &mut [])?,
-                };
-                ids[k] = sample.index;
-                samples.push(sample);
+        let mut take = |k: usize, r: Result<Sample, Error>, ids: &mut [u64]| {
+            let sample = match r {
+                Ok(s) => s,
+                Err(e) => self.replace(lo + k as u64, e, false, &mut [])?,
+            };
+            ids[k] = sample.index;
+            samples.push(sample);
+            Ok::<(), Error>(())
+        };
+        match self.assist.as_ref().filter(|a| a.batch == b) {
+            Some(assist) => {
+                for (k, r) in assist.gather(self).into_iter().enumerate() {
+                    take(k, r, &mut ids)?;
+                }
+            }
+            None => {
+                for start in (0..ids.len()).step_by(READ_CHUNK) {
+                    if let Some(assist) = &self.assist {
+                        assist.help(self);
+                    }
+                    let end = (start + READ_CHUNK).min(ids.len());
+                    self.check_cancel(ids[start])?;
+                    let read = self.read_many(&ids[start..end]);
+                    for (k, r) in (start..end).zip(read) {
+                        take(k, r, &mut ids)?;
+                    }
+                }
             }
         }
         let t1 = Instant::now();
@@ -346,8 +443,14 @@ pub(crate) struct Run {
 
 impl Run {
     /// Starts `workers` threads with `workers + prefetch` slots (no threads for zero workers).
-    pub(crate) fn start(job: Job, workers: usize, prefetch: usize) -> Run {
+    pub(crate) fn start(mut job: Job, workers: usize, prefetch: usize) -> Run {
         let cap = (workers + prefetch).max(1);
+        if workers >= 2 && job.num_batches() > 0 {
+            let (lo, hi) = job.batch_range(0);
+            let mut ids = Vec::with_capacity((hi - lo) as usize);
+            job.plan.extend_ids(lo..hi, &mut ids);
+            job.assist = Some(Assist::new(0, ids, workers));
+        }
         let shared = Arc::new(Shared {
             job,
             ring: Mutex::new(Ring {
