@@ -6,7 +6,7 @@ vs torch's DataLoader (worker processes), side by side, same dataset object.
 Datasets (all in one run): `imagefolder` (__getitem__ reads a JPEG file, decodes it with PIL,
 crops 224 at a random place, flips half the time: the ImageFolder shape), `bytes` (torch's
 loaders on that dataset, chute on one whose __getitem__ returns the file's bytes, decoded,
-RandomResizedCrop(224)-ed and flipped by chute's native ops), `trivial` (a small
+cropped 224 at a random place and flipped by chute's native ops), `trivial` (a small
 numpy array per index) and `python` (a __getitem__ of pure-Python work that holds the GIL).
 Reports images (samples) per second over all epochs (page cache warm: the files are read once
 before), time to the first batch, peak RSS summed over the process tree and peak PSS (what
@@ -111,9 +111,12 @@ class ImageBytes(ImageFolder):
         return {"jpg": path.read_bytes(), "cls": self.classes.index(path.parent.name)}
 
 
-# torchvision's RandomResizedCrop(224) (a crop and a resize: more work than the PIL
-# dataset's plain 224 crop) and a flip.
-NATIVE = {"jpg": [{"op": "decode"}, {"op": "random_resized_crop", "size": 224},
+# The PIL dataset's work, natively: a 224x224 crop at a random place (RandomResizedCrop
+# with the area and aspect of such a crop of a 320x288 image, so it resizes nothing) and a
+# flip.
+NATIVE = {"jpg": [{"op": "decode"},
+                  {"op": "random_resized_crop", "size": 224,
+                   "scale": [224 * 224 / (320 * 288)] * 2, "ratio": [1.0, 1.0]},
                   {"op": "horizontal_flip"}]}
 
 
