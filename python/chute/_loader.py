@@ -281,6 +281,16 @@ class Loader:
             return
         if pin_memory:
             _find_torch_cudart()
+        # A Python dataset whose samples hold torch tensors gets torch tensors (default
+        # collate's rule): straight from the engine, so dtypes numpy lacks (bfloat16) pass.
+        engine_output = output
+        if (
+            self._tensors_out
+            and source.format == "python"
+            and source.structure is not None
+            and _has_tensor_leaf(source.structure)
+        ):
+            engine_output = "torch"
         inner = _chute.Loader(
             source,
             batch_size=batch_size,
@@ -294,7 +304,7 @@ class Loader:
             world_size=world_size,
             transforms=[_transform(t) for t in _as_list(transforms)],
             on_error=on_error,
-            output=_converter(output),
+            output=_converter(engine_output),
             pad=pad,
             timeout=timeout,
         )

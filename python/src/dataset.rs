@@ -666,9 +666,19 @@ fn array(py: Python<'_>, v: &Bound<'_, PyAny>, at: impl Fn() -> String) -> PyRes
         return Ok(a);
     }
     let v = if is_torch_tensor(v)? {
-        v.call_method0("detach")?
-            .call_method0("cpu")?
-            .call_method0("numpy")?
+        let t = v.call_method0("detach")?.call_method0("cpu")?;
+        if t.getattr("dtype")?.str()? == "torch.bfloat16" {
+            // numpy has no bfloat16: its bits, as int16, then labelled bf16 again.
+            let torch = py.import("torch")?;
+            let bits = t
+                .call_method0("contiguous")?
+                .call_method1("view", (torch.getattr("int16")?,))?
+                .call_method0("numpy")?;
+            let mut a = array(py, &bits, at)?;
+            a.dtype = DType::BF16;
+            return Ok(a);
+        }
+        t.call_method0("numpy")?
     } else {
         v.clone()
     };

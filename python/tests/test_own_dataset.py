@@ -380,3 +380,19 @@ def test_a_failing_worker_init_fn_fails_the_loader_even_with_skip():
 
     with pytest.raises(RuntimeError, match="no GPU for worker"):
         list(chute.Loader(Zoo(), batch_size=4, num_workers=2, on_error="skip", worker_init_fn=boom))
+
+
+def test_bfloat16_tensors_collate_as_default_collate_does():
+    torch = pytest.importorskip("torch", reason="torch not installed: the PyPI wheel pulls ~3 GB of CUDA libraries; see README")
+
+    class Half:
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            return {"h": torch.arange(4, dtype=torch.bfloat16) * (i + 0.5), "i": i}
+
+    ours = list(chute.Loader(Half(), batch_size=4))
+    theirs = list(torch.utils.data.DataLoader(Half(), batch_size=4))
+    for a, b in zip(ours, theirs):
+        assert a["h"].dtype == torch.bfloat16 and torch.equal(a["h"], b["h"])

@@ -12,7 +12,7 @@
 //!
 //! A shard of the manifest is a chunk of at most [`ArrowOptions::chunk_rows`] rows of one
 //! record batch (`data.arrow#batch3:0+1000`), or of the indices mapping
-//! (`data.arrow#indices:4096+4096`). Columns become what [`crate::columnar`] says: numbers,
+//! (`data.arrow#indices:4096+4096`). Columns become what `columnar.rs` says: numbers,
 //! bools and fixed-size lists as tensors, lists of numbers one tensor per row, binary and
 //! strings as variable-length columns.
 
@@ -108,11 +108,23 @@ impl ArrowSource {
         if paths.is_empty() {
             return Err(ConfigError::new("paths", "no Arrow IPC files given").into());
         }
+        Self::from_bytes(crate::open_whole(paths, false)?, options)
+    }
+
+    /// Opens IPC files or streams already in memory, each `(name, bytes)` (a memory map's
+    /// view, a download): what [`ArrowSource::open`] does once it has the bytes.
+    pub fn from_bytes(
+        contents: Vec<(String, bytes::Bytes)>,
+        options: ArrowOptions,
+    ) -> Result<Self, Error> {
+        if contents.is_empty() {
+            return Err(ConfigError::new("paths", "no Arrow IPC files given").into());
+        }
         let mut files = Vec::new();
         let mut parts = Vec::new();
         let mut names: Vec<String> = Vec::new();
         let mut kinds: Vec<Kind> = Vec::new();
-        for (fi, (origin, bytes)) in crate::open_whole(paths, false)?.into_iter().enumerate() {
+        for (fi, (origin, bytes)) in contents.into_iter().enumerate() {
             let data = Buffer::from(bytes);
             // The flatbuffer verifier bounds what it reads, but a decoder that panics on a
             // corrupt message is a bad file, not a crash.
@@ -479,7 +491,7 @@ impl ArrowSource {
 }
 
 /// Writes samples to an Arrow IPC file (the random-access format, uncompressed, so readers
-/// map it in place): the columns [`crate::columnar`]'s builder makes (numbers, fixed-shape
+/// map it in place): the columns `columnar.rs`'s builder makes (numbers, fixed-shape
 /// 1-D arrays as fixed-size lists, bytes, text), a record batch every `batch_rows` samples.
 /// Written under `<path>.tmp` (an [`AtomicFile`]) and renamed by [`IpcWriter::finish`].
 pub struct IpcWriter {

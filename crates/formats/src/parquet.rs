@@ -386,7 +386,7 @@ impl ParquetSource {
 
 /// Writes samples to a Parquet file: numeric scalars become numeric columns, fixed-shape 1-D
 /// arrays fixed-size lists, bytes binary and text string columns (see
-/// [`columnar::RowBuilder`]). The schema is taken from the first sample; a row group is
+/// `columnar::RowBuilder`). The schema is taken from the first sample; a row group is
 /// written every `row_group_rows` samples. The file is written under `<path>.tmp` (an
 /// [`AtomicFile`]) and renamed by [`ParquetWriter::finish`]; dropping the writer without
 /// finishing (or a failed `finish`) deletes the temporary file.
