@@ -198,6 +198,39 @@ fn bytes_at(col: &dyn ArrowArray, row: usize) -> &[u8] {
     }
 }
 
+/// Row `row` of a binary or string column as `Bytes` that share the column's buffer (an
+/// image read from Parquet or a memory-mapped Arrow file is not copied per sample); views are
+/// copied.
+fn shared_bytes(col: &dyn ArrowArray, row: usize) -> Bytes {
+    fn slice<O: arrow_array::OffsetSizeTrait>(
+        offsets: &OffsetBuffer<O>,
+        values: &arrow_buffer::Buffer,
+        row: usize,
+    ) -> Bytes {
+        let (start, end) = (offsets[row].as_usize(), offsets[row + 1].as_usize());
+        Bytes::from(values.slice_with_length(start, end - start))
+    }
+    match col.data_type() {
+        DataType::Binary => {
+            let a = col.as_binary::<i32>();
+            slice(a.offsets(), a.values(), row)
+        }
+        DataType::LargeBinary => {
+            let a = col.as_binary::<i64>();
+            slice(a.offsets(), a.values(), row)
+        }
+        DataType::Utf8 => {
+            let a = col.as_string::<i32>();
+            slice(a.offsets(), a.values(), row)
+        }
+        DataType::LargeUtf8 => {
+            let a = col.as_string::<i64>();
+            slice(a.offsets(), a.values(), row)
+        }
+        _ => Bytes::copy_from_slice(bytes_at(col, row)),
+    }
+}
+
 /// The value bytes of row `row` of a list column of numbers of `d`, and its length.
 fn list_at(col: &dyn ArrowArray, d: DType, row: usize) -> (&[u8], usize) {
     let (values, start, end) = match col.data_type() {
@@ -257,8 +290,8 @@ pub(crate) fn field_at(col: &dyn ArrowArray, kind: Kind, row: usize) -> Field {
             let (raw, n) = list_at(col, d, row);
             Field::Array(Array::new(d, vec![n], Bytes::copy_from_slice(raw)))
         }
-        Kind::Binary => Field::Bytes(Bytes::copy_from_slice(bytes_at(col, row))),
-        Kind::Text => Field::Text(Bytes::copy_from_slice(bytes_at(col, row))),
+        Kind::Binary => Field::Bytes(shared_bytes(col, row)),
+        Kind::Text => Field::Text(shared_bytes(col, row)),
     }
 }
 

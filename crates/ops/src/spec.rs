@@ -619,6 +619,35 @@ pub(crate) mod tests {
         assert!(v.iter().all(|x| (-2.2..=2.7).contains(x)));
     }
 
+    /// Labels stored as numbers (Parquet, Arrow, TFRecord int columns) pass as int64.
+    #[test]
+    fn label_takes_integer_scalars_and_refuses_other_arrays() {
+        let p = Pipeline::from_json(r#"{"cls": [{"op": "label"}]}"#).unwrap();
+        let mut rng = SampleRng::for_sample(1, 0, 5);
+        let int32 = chute_core::Array::new(
+            DType::I32,
+            vec![],
+            Bytes::copy_from_slice(&9i32.to_le_bytes()),
+        );
+        let mut s = Sample::new(0).with("cls", Field::Array(int32));
+        p.apply(&mut s, &mut rng).unwrap();
+        let Some(Field::Array(label)) = s.get("cls") else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            (label.dtype, &label.data[..]),
+            (DType::I64, &9i64.to_le_bytes()[..])
+        );
+        let float = chute_core::Array::new(
+            DType::F32,
+            vec![],
+            Bytes::copy_from_slice(&1f32.to_le_bytes()),
+        );
+        let mut s = Sample::new(0).with("cls", Field::Array(float));
+        let e = p.apply(&mut s, &mut rng).unwrap_err().to_string();
+        assert!(e.contains("a label is text digits or one integer"), "{e}");
+    }
+
     #[test]
     fn randomness_comes_from_the_sample_rng_only() {
         let p = Pipeline::from_json(IMAGENET).unwrap();

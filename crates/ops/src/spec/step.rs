@@ -437,6 +437,23 @@ impl Step {
             }
             (Step::Cast(dtype), Value::Array(a)) => cast(a, *dtype),
             (Step::Label, Value::Bytes(b)) => Value::Array(Array::scalar_i64(parse_label(&b)?)),
+            // A label stored as a number already (a Parquet, Arrow or TFRecord int column).
+            (Step::Label, Value::Array(a)) => {
+                let integer =
+                    !matches!(a.dtype, DType::F16 | DType::BF16 | DType::F32 | DType::F64);
+                if !a.shape.is_empty() || !integer {
+                    return Err(OpError::wrong_input(
+                        "label",
+                        format!(
+                            "a {} array of shape {:?}; a label is text digits or one integer",
+                            a.dtype, a.shape
+                        ),
+                    ));
+                }
+                let mut v = [0u8; 8];
+                chute_core::cast_into(a.dtype, &a.data, DType::I64, &mut v);
+                Value::Array(Array::scalar_i64(i64::from_le_bytes(v)))
+            }
             (Step::Npy, Value::Bytes(b)) => {
                 let (header, data) =
                     chute_core::npy::read_npy(&b, "the field").map_err(|e| OpError::BadNpy {
