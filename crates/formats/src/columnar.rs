@@ -141,6 +141,61 @@ pub(crate) fn projection(
     }
 }
 
+/// The columns a source reads from a file's schema: their places in it, names and kinds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Projected {
+    pub(crate) places: Vec<usize>,
+    pub(crate) names: Vec<String>,
+    pub(crate) kinds: Vec<Kind>,
+}
+
+impl Projected {
+    /// `columns` (in that order; every column when `None`) of `schema`, the schema of
+    /// `origin`.
+    pub(crate) fn of(
+        schema: &Schema,
+        columns: Option<&[String]>,
+        origin: &str,
+    ) -> Result<Projected, Error> {
+        let places = projection(schema, columns, origin)?;
+        let names = places
+            .iter()
+            .map(|&i| schema.field(i).name().clone())
+            .collect();
+        let kinds = places
+            .iter()
+            .map(|&i| kind_of(schema.field(i), origin))
+            .collect::<Result<_, _>>()?;
+        Ok(Projected {
+            places,
+            names,
+            kinds,
+        })
+    }
+
+    /// Refuses `other` (the columns of `origin`) unless they are these (those of `first`):
+    /// every file of a source has the same schema.
+    pub(crate) fn check_same(
+        &self,
+        other: &Projected,
+        first: &str,
+        origin: &str,
+    ) -> Result<(), Error> {
+        if other.names == self.names && other.kinds == self.kinds {
+            return Ok(());
+        }
+        Err(ConfigError::new(
+            "paths",
+            format!(
+                "{origin} has columns {:?} of kinds {:?}, but {first} has {:?} of kinds {:?}; \
+                 every file needs the same schema",
+                other.names, other.kinds, self.names, self.kinds
+            ),
+        )
+        .into())
+    }
+}
+
 /// `col` as its kind reads it: a struct with a `bytes` child becomes that child, null where
 /// the struct is null. Other columns are returned as they are.
 pub(crate) fn project(col: ArrayRef) -> Result<ArrayRef, String> {

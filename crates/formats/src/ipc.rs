@@ -122,8 +122,7 @@ impl ArrowSource {
         }
         let mut files = Vec::new();
         let mut parts = Vec::new();
-        let mut names: Vec<String> = Vec::new();
-        let mut kinds: Vec<Kind> = Vec::new();
+        let mut first: Option<(String, columnar::Projected)> = None;
         for (fi, (origin, bytes)) in contents.into_iter().enumerate() {
             let data = Buffer::from(bytes);
             // The flatbuffer verifier bounds what it reads, but a decoder that panics on a
@@ -134,27 +133,11 @@ impl ArrowSource {
                         Err(Error::corrupt(&origin, 0, "the IPC metadata is corrupt"))
                     })?;
             let (schema, dictionaries, these_parts) = scanned;
-            let projection = columnar::projection(&schema, options.columns.as_deref(), &origin)?;
-            let these: Vec<String> = projection
-                .iter()
-                .map(|&i| schema.field(i).name().clone())
-                .collect();
-            let these_kinds: Vec<Kind> = projection
-                .iter()
-                .map(|&i| columnar::kind_of(schema.field(i), &origin))
-                .collect::<Result<_, _>>()?;
-            if fi == 0 {
-                (names, kinds) = (these, these_kinds);
-            } else if these != names || these_kinds != kinds {
-                return Err(ConfigError::new(
-                    "paths",
-                    format!(
-                        "{origin} has columns {these:?} of kinds {these_kinds:?}, but {} has \
-                         {names:?} of kinds {kinds:?}; every file needs the same schema",
-                        files.first().map_or("", |f: &IpcFile| f.origin.as_str())
-                    ),
-                )
-                .into());
+            let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
+            let projection = these.places.clone();
+            match &first {
+                None => first = Some((origin.clone(), these)),
+                Some((name, cols)) => cols.check_same(&these, name, &origin)?,
             }
             parts.extend(these_parts);
             files.push(IpcFile {
@@ -165,7 +148,7 @@ impl ArrowSource {
                 projection,
             });
         }
-        let origin = files[0].origin.clone();
+        let (origin, columnar::Projected { names, kinds, .. }) = first.expect("at least one file");
         Self::assemble(files, parts, None, origin, names, kinds, &options)
     }
 
@@ -180,15 +163,11 @@ impl ArrowSource {
         origin: &str,
         options: ArrowOptions,
     ) -> Result<Self, Error> {
-        let projection = columnar::projection(&schema, options.columns.as_deref(), origin)?;
-        let names: Vec<String> = projection
-            .iter()
-            .map(|&i| schema.field(i).name().clone())
-            .collect();
-        let kinds: Vec<Kind> = projection
-            .iter()
-            .map(|&i| columnar::kind_of(schema.field(i), origin))
-            .collect::<Result<_, _>>()?;
+        let columnar::Projected {
+            places: projection,
+            names,
+            kinds,
+        } = columnar::Projected::of(&schema, options.columns.as_deref(), origin)?;
         let mut parts = Vec::with_capacity(batches.len());
         for (b, batch) in batches.into_iter().enumerate() {
             let rows = batch.num_rows();

@@ -113,8 +113,7 @@ impl ParquetSource {
         let mut chunks = Vec::new();
         let mut shards = Vec::new();
         let chunk_rows = options.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1) as u64;
-        let mut names: Vec<String> = Vec::new();
-        let mut kinds: Vec<Kind> = Vec::new();
+        let mut first: Option<(String, columnar::Projected)> = None;
         let mut total_uncompressed = 0i64;
         for (fi, (origin, data)) in crate::open_whole(paths, false)?.into_iter().enumerate() {
             let path = PathBuf::from(&origin);
@@ -123,27 +122,11 @@ impl ParquetSource {
                     Error::corrupt(&origin, 0, format!("not a readable Parquet file: {e}"))
                 })?;
             let schema = meta.schema().clone();
-            let indices = columnar::projection(&schema, options.columns.as_deref(), &origin)?;
-            let these: Vec<String> = indices
-                .iter()
-                .map(|&i| schema.field(i).name().clone())
-                .collect();
-            let these_kinds: Vec<Kind> = indices
-                .iter()
-                .map(|&i| columnar::kind_of(schema.field(i), &origin))
-                .collect::<Result<_, _>>()?;
-            if fi == 0 {
-                (names, kinds) = (these, these_kinds);
-            } else if these != names || these_kinds != kinds {
-                return Err(ConfigError::new(
-                    "paths",
-                    format!(
-                        "{origin} has columns {these:?} of kinds {these_kinds:?}, but {} has \
-                         {names:?} of kinds {kinds:?}; every file needs the same schema",
-                        paths[0].as_ref().display()
-                    ),
-                )
-                .into());
+            let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
+            let indices = these.places.clone();
+            match &first {
+                None => first = Some((origin.clone(), these)),
+                Some((name, cols)) => cols.check_same(&these, name, &origin)?,
             }
             let masks = indices
                 .iter()
@@ -180,6 +163,7 @@ impl ParquetSource {
                 masks,
             });
         }
+        let columnar::Projected { names, kinds, .. } = first.expect("at least one file").1;
         let avg = (total_uncompressed.max(1) as usize) / groups.len().max(1);
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
         let cache_groups = (cache_bytes / avg.max(1)).max(8);
