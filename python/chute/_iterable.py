@@ -199,11 +199,13 @@ class IterableEngine:
         finally:
             stop.set()
 
-    def _halt(self) -> None:
+    def _halt(self, timeout: Optional[float] = None) -> None:
+        """Stops the producer and waits for it (at most ``timeout`` seconds: a thread stuck
+        in the dataset's own code is left to finish on its own; it is a daemon)."""
         if self._stop is not None:
             self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+            self._thread.join(timeout)
         self._stop = self._thread = None
 
     # The producer --------------------------------------------------------------------------
@@ -350,5 +352,5 @@ class IterableEngine:
         return dict(self._stats)
 
     def release(self) -> None:
-        self._halt()
+        self._halt(timeout=10.0)
         self.closed = True
