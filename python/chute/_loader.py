@@ -183,7 +183,7 @@ class Loader:
                     f"{type(source).__name__}"
                 )
         elif isinstance(source, _chute.Source):
-            if collate_fn is not None and source.format != "python":
+            if collate_fn is not None:
                 raise ConfigError(
                     "invalid collate_fn: chute's own sources are collated natively into "
                     "contiguous batches; post-process the batch in your loop"
@@ -215,8 +215,9 @@ class Loader:
             pass  # an iterable dataset: see _iterable.py
         else:
             raise TypeError(
-                "source must be a chute source (chute.dataset(...)) or a map-style dataset "
-                f"(with __len__ and __getitem__), got {type(source).__name__}"
+                "source must be a chute source (chute.dataset(...)), a map-style dataset "
+                "(with __len__ and __getitem__) or an iterable one (with __iter__), got "
+                f"{type(source).__name__}"
             )
         iterable = not isinstance(source, _chute.Source)
         if iterable and transforms:
