@@ -451,3 +451,51 @@ fn for_each_parallel_runs_every_job_once_and_reports_the_first_failure() {
         );
     }
 }
+
+/// The first batch's reads are shared among the workers (`workers::Assist`); reads that fail
+/// in it are replaced (skip) or reported exactly as with one worker, and later batches too.
+#[test]
+fn failed_reads_in_the_shared_first_batch_match_one_worker() {
+    use chute_core::{Array, DType, Field, FnSource};
+    let read = |id: u64| -> Result<Sample, Error> {
+        if id % 5 == 1 {
+            return Err(Error::corrupt(
+                "mem://flaky",
+                id,
+                format!("sample {id} is bad"),
+            ));
+        }
+        let v = bytes::Bytes::copy_from_slice(&(id as i64).to_le_bytes());
+        Ok(Sample::new(id).with("v", Field::Array(Array::new(DType::I64, vec![], v))))
+    };
+    let make = |workers: usize, prefetch: usize| {
+        Loader::builder(FnSource::new("flaky", 200, read))
+            .batch_size(64)
+            .shuffle(Shuffle::Global)
+            .seed(9)
+            .num_workers(workers)
+            .prefetch(prefetch)
+            .on_error(chute_core::OnError::Skip)
+            .build()
+            .unwrap()
+    };
+    check_matrix(make, &[0, 1, 2, 4, 8], &[1, 2], 2).unwrap();
+    let mut loader = make(4, 2);
+    let got = run_to_end(&mut loader, 0).unwrap();
+    let ids: Vec<u64> = got
+        .iter()
+        .flat_map(|(_, d)| d.ids.iter().copied())
+        .collect();
+    assert!(
+        ids.iter().all(|id| id % 5 != 1),
+        "no failed sample is delivered"
+    );
+    // With on_error=raise the first batch fails naming a bad sample, whoever read it.
+    let mut strict = Loader::builder(FnSource::new("flaky", 200, read))
+        .batch_size(64)
+        .num_workers(4)
+        .build()
+        .unwrap();
+    let e = strict.next().unwrap().unwrap_err().to_string();
+    assert!(e.contains("sample 1 is bad"), "{e}");
+}
