@@ -119,19 +119,8 @@ pub fn token_ids_from_npy(bytes: &[u8], origin: &str) -> Result<Vec<u32>, Error>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::corrupt;
     use chute_core::npy::write_npy;
-
-    fn corrupt(e: Error) -> (String, u64, String) {
-        match e {
-            Error::Corrupt {
-                uri,
-                offset,
-                reason,
-                ..
-            } => (uri, offset, reason),
-            other => panic!("expected a corrupt error, got {other}"),
-        }
-    }
 
     #[test]
     fn parses_whitespace_separated_ids() {

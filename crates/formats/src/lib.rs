@@ -60,6 +60,8 @@ pub mod ipc;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod tar;
+#[cfg(test)]
+mod test_support;
 pub mod tfrecord;
 mod tokens;
 pub mod webdataset;

@@ -15,18 +15,7 @@ pub(super) fn framed(records: &[&[u8]]) -> Vec<u8> {
     w.into_inner().unwrap()
 }
 
-/// The parts of an [`Error::Corrupt`]; panics on any other error.
-pub(super) fn corrupt(e: Error) -> (String, u64, String) {
-    match e {
-        Error::Corrupt {
-            uri,
-            offset,
-            reason,
-            ..
-        } => (uri, offset, reason),
-        other => panic!("expected a corrupt error, got {other}"),
-    }
-}
+pub(super) use crate::test_support::corrupt;
 
 /// Every record of `input` as `(offset, data)`, through [`records`].
 pub(super) fn all(input: &[u8], options: FramingOptions) -> Result<Vec<(u64, Vec<u8>)>, Error> {
