@@ -238,6 +238,18 @@ pub enum StateError {
         /// The version this build writes and reads.
         supported: u32,
     },
+    /// The state was taken on a mixture whose definition differs from this one's.
+    #[error(
+        "state was taken on another mixture: its {} differ{} (the components' fingerprints, the \
+         weights and schedule, the policy, the seeds); resume with the mixture the state was \
+         taken with",
+        differs.join(", "),
+        if differs.len() == 1 { "s" } else { "" }
+    )]
+    Mixture {
+        /// The parts of the definition that differ: `weights`, `components`, `seeds`, ...
+        differs: Vec<String>,
+    },
     /// The state was taken on another dataset.
     #[error(
         "state was taken on another dataset (fingerprint {found}, this loader's is {expected}); \

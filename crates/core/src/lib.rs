@@ -8,6 +8,7 @@
 //! - [`State`]: a checkpoint as a position.
 //! - [`SampleRng`]: per-sample randomness seeded from (seed, epoch, index).
 //! - [`Error`], [`ConfigError`], [`StateError`]: variants by what the caller does next.
+//! - [`Mixture`]: weighted mixtures of sources (exact proportions, schedules), as a source.
 //! - [`Source`]: random access to samples by global id; [`FnSource`] (a closure) and
 //!   [`VecSource`] (samples in memory) make one from your own code.
 //! - [`Transform`] and [`Compose`], [`Cast`], [`Select`], [`Rename`], [`Slot`]: per-sample
@@ -35,6 +36,7 @@ mod buffer;
 mod dtype;
 mod error;
 mod manifest;
+pub mod mixture;
 pub mod npy;
 mod plan;
 mod rng;
@@ -49,6 +51,7 @@ pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
 pub use dtype::{DType, Element, cast_into, check_cast};
 pub use error::{BoxError, ConfigError, Corruption, Error, OnError, Result, SampleRef, StateError};
 pub use manifest::{MANIFEST_VERSION, Manifest, ShardInfo};
+pub use mixture::{Component, MixMode, Mixture, MixtureBuilder, Policy};
 pub use plan::{Permutation, Plan, PlanConfig, Shuffle};
 pub use rng::{SampleRng, derive_key, mix64};
 pub use sample::{Array, Field, FieldName, Sample};

@@ -25,6 +25,7 @@ pub(crate) mod tag {
     pub(crate) const GLOBAL: u64 = 2;
     pub(crate) const SHARDS: u64 = 3;
     pub(crate) const WINDOW: u64 = 4;
+    pub(crate) const MIX: u64 = 5;
 }
 
 /// A small, fast generator (xoshiro256++) for per-sample augmentation randomness.

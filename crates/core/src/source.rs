@@ -48,6 +48,12 @@ pub trait Source: Send + Sync + 'static {
         let _ = (ids, pool);
         None
     }
+
+    /// Figures of the source's own (a mixture's samples per component), merged into the
+    /// loader's `stats()` under `source`. `None` (the default) adds nothing.
+    fn stats(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 // Forwards every method, defaults included: a method left out would silently fall back to
@@ -77,6 +83,10 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
         pool: &BufferPool,
     ) -> Option<Result<Vec<(String, Column)>, Error>> {
         (**self).collate(ids, pool)
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        (**self).stats()
     }
 }
 

@@ -1,5 +1,7 @@
 //! [`State`]: a loader's checkpoint: a position, not a buffer.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::StateError;
@@ -33,6 +35,11 @@ pub struct State {
     pub world_size: u64,
     /// Ordering mode.
     pub shuffle: Shuffle,
+    /// For a mixture, a fingerprint of each part of its definition (see
+    /// [`crate::mixture::part_fingerprints`]), so a state from another mixture is refused with
+    /// what differs named. Empty (and not written) otherwise.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parts: BTreeMap<String, String>,
 }
 
 impl State {
@@ -76,6 +83,7 @@ mod tests {
             delivered: 48,
             world_size: 4,
             shuffle: Shuffle::block(),
+            parts: BTreeMap::new(),
         };
         assert_eq!(State::from_json(&s.to_json()).unwrap(), s);
         let future = s.to_json().replace("\"version\": 1", "\"version\": 9");

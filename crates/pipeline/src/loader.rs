@@ -196,6 +196,19 @@ impl LoaderBuilder {
                 ),
             ));
         }
+        if self.source.manifest().format == chute_core::mixture::MIXTURE_FORMAT
+            && o.shuffle != Shuffle::None
+        {
+            return Err(ConfigError::new(
+                "shuffle",
+                format!(
+                    "{} on a mixture: a mixture orders its own samples (each component is \
+                     shuffled by its own shuffle mode, set on the mixture); leave the loader's \
+                     shuffle off",
+                    o.shuffle
+                ),
+            ));
+        }
         let (pool, pin_memory_fallback) = if o.pin_memory {
             match cuda_host_allocator() {
                 Ok(a) => (BufferPool::with_allocator(POOL_IDLE, a), None),
@@ -358,6 +371,8 @@ impl Loader {
             delivered,
             world_size: self.plan_cfg.world_size,
             shuffle: self.plan_cfg.shuffle,
+            parts: chute_core::mixture::part_fingerprints(self.source.manifest())
+                .unwrap_or_default(),
         }
     }
 
@@ -376,6 +391,23 @@ impl Loader {
             });
         }
         if state.dataset != self.fingerprint {
+            if let Some(parts) = chute_core::mixture::part_fingerprints(self.source.manifest())
+                && !state.parts.is_empty()
+            {
+                let mut differs: Vec<String> = parts
+                    .iter()
+                    .filter(|(k, v)| state.parts.get(*k) != Some(*v))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                differs.extend(
+                    state
+                        .parts
+                        .keys()
+                        .filter(|k| !parts.contains_key(*k))
+                        .cloned(),
+                );
+                return Err(StateError::Mixture { differs });
+            }
             return Err(StateError::Dataset {
                 found: state.dataset.clone(),
                 expected: self.fingerprint.clone(),
@@ -471,7 +503,9 @@ impl Loader {
 
     /// Figures since the loader was built.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+        let mut s = self.stats.snapshot();
+        s.source = self.source.stats();
+        s
     }
 
     fn start_run(&mut self) -> Result<(), Error> {

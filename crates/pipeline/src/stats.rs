@@ -150,6 +150,7 @@ impl Stats {
             read: self.read.snapshot(),
             transform: self.transform.snapshot(),
             collate: self.collate.snapshot(),
+            source: None,
         }
     }
 }
@@ -205,4 +206,8 @@ pub struct StatsSnapshot {
     pub transform: StageStats,
     /// Copying samples into batch buffers (items are batches).
     pub collate: StageStats,
+    /// The source's own figures ([`chute_core::Source::stats`]: a mixture's samples per
+    /// component against the target), when it has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<serde_json::Value>,
 }

@@ -1,5 +1,6 @@
 //! The engine's integration tests (one binary).
 
 mod engine;
+mod mixture;
 mod resume;
 mod support;

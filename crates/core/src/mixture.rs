@@ -1,0 +1,1301 @@
+//! [`Mixture`]: weighted mixtures of sources, as one source.
+//!
+//! The mixture is an endless stream of positions `G = 0, 1, 2, ...` (across its epochs). Each
+//! position belongs to one component, and is that component's `k`-th draw, where `k` counts
+//! the component's earlier positions; the draw is sample `k % len` of the component's epoch
+//! `k / len`, in that epoch's order (the component's own shuffle and seed). So components run
+//! through their epochs independently, reshuffled each time, and every figure is a pure
+//! function of `G`: the state of a mixed run stays a position.
+//!
+//! - **`stratified`** (the default): the weights in effect are quantized to
+//!   [`QUANTUM`] parts, and the components are interleaved by earliest deadline over a period
+//!   of that many positions. Every prefix of a segment of constant weights then holds each
+//!   component's share within one sample (`|count - weight x positions| < 1`), so each batch
+//!   holds its share rounded up or down. (Within one for *every* window, not only prefixes,
+//!   is impossible in general for three or more components: Fraenkel's balanced words.)
+//! - **`random`**: each position draws its component i.i.d. by weight from the seeded RNG
+//!   (tf.data's `sample_from_datasets`); counts are memoized every [`RANDOM_CHUNK`] positions.
+//!
+//! Weights may change with the position ([`Mixture::schedule`]: piecewise constant, or linear
+//! ramps resolved into steps). The mixture's epoch length is stated up front: given, or where
+//! the first (`stop_on_first`) or the last (`stop_on_all`) component finishes its first epoch.
+//!
+//! Ranks: the engine hands a rank the epoch positions `i * W + r` (its strided split). The
+//! mixture reads those as "rank `r`'s `i`-th sample" and serves it position
+//! `(i / B) * B * W + r * B + i % B` of the stream: each rank's batch is a run of `B`
+//! consecutive positions, so its proportions hold on every rank, the ranks' batches are
+//! disjoint and together are the single-rank stream, and the split is the same for any world
+//! size from a position on (elastic resume).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use crate::error::{ConfigError, Error, SampleRef};
+use crate::manifest::Manifest;
+use crate::plan::{Plan, PlanConfig, Shuffle};
+use crate::rng::{SampleRng, derive_key, mix64, tag};
+use crate::sample::{Array, Field, Sample};
+use crate::source::{Source, virtual_manifest};
+use crate::transform::Transform;
+
+/// Parts of a period: stratified weights are rounded to multiples of `1 / QUANTUM`.
+pub const QUANTUM: u64 = 1 << 16;
+
+/// Positions between memoized counts in `random` mode.
+pub const RANDOM_CHUNK: u64 = 1024;
+
+/// Positions between the counts kept for a period's pattern.
+const CHECK: usize = 64;
+
+/// Most steps a linear ramp is resolved into.
+const RAMP_STEPS: u64 = 64;
+
+/// The format name of a mixture's manifest.
+pub const MIXTURE_FORMAT: &str = "mixture";
+
+/// How components are assigned to positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MixMode {
+    /// Each component's share, rounded with carry, in every prefix (and so every batch).
+    #[default]
+    Stratified,
+    /// Components drawn i.i.d. by weight from the seeded RNG.
+    Random,
+}
+
+impl fmt::Display for MixMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MixMode::Stratified => "stratified",
+            MixMode::Random => "random",
+        })
+    }
+}
+
+impl FromStr for MixMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "stratified" => Ok(MixMode::Stratified),
+            "random" => Ok(MixMode::Random),
+            _ => Err(ConfigError::new(
+                "mode",
+                format!("{s:?} is not a mixing mode; use stratified or random"),
+            )),
+        }
+    }
+}
+
+/// Where a mixture's epoch ends. Components never run dry whatever the policy: an exhausted
+/// component starts its next epoch, reshuffled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// When the first component finishes its first epoch (no sample seen twice in epoch 0).
+    StopOnFirst,
+    /// When the last component finishes its first epoch (every sample seen in epoch 0).
+    #[default]
+    StopOnAll,
+    /// After `samples_per_epoch` samples, whatever the components' epochs.
+    Cycle,
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Policy::StopOnFirst => "stop_on_first",
+            Policy::StopOnAll => "stop_on_all",
+            Policy::Cycle => "cycle",
+        })
+    }
+}
+
+impl FromStr for Policy {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, ConfigError> {
+        match s {
+            "stop_on_first" => Ok(Policy::StopOnFirst),
+            "stop_on_all" => Ok(Policy::StopOnAll),
+            "cycle" => Ok(Policy::Cycle),
+            _ => Err(ConfigError::new(
+                "policy",
+                format!("{s:?} is not a mixture policy; use stop_on_first, stop_on_all or cycle"),
+            )),
+        }
+    }
+}
+
+/// What a component draws from.
+enum Inner {
+    Source(Arc<dyn Source>),
+    Mixture(Arc<Mixture>),
+}
+
+/// One component of a mixture: a source (or a mixture) with its own shuffle, seed and
+/// transform.
+pub struct Component {
+    name: String,
+    inner: Inner,
+    shuffle: Shuffle,
+    seed: Option<u64>,
+    transform: Option<Arc<dyn Transform>>,
+    /// The plans of the component's epochs last used: `(epoch, seed, plan)`.
+    plans: Mutex<Vec<(u64, u64, Arc<Plan>)>>,
+    served: AtomicU64,
+    tokens: AtomicU64,
+}
+
+impl fmt::Debug for Component {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Component")
+            .field("name", &self.name)
+            .field("samples", &self.len())
+            .field("shuffle", &self.shuffle)
+            .field("seed", &self.seed)
+            .finish()
+    }
+}
+
+impl Component {
+    fn with_inner(name: impl Into<String>, inner: Inner) -> Component {
+        Component {
+            name: name.into(),
+            inner,
+            shuffle: Shuffle::Global,
+            seed: None,
+            transform: None,
+            plans: Mutex::new(Vec::new()),
+            served: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
+        }
+    }
+
+    /// A component named `name` drawing from `source`, shuffled globally each of its epochs
+    /// with a seed derived from the run's seed and the name.
+    pub fn new(name: impl Into<String>, source: Arc<dyn Source>) -> Component {
+        Component::with_inner(name, Inner::Source(source))
+    }
+
+    /// A nested mixture as a component: its stream is drawn in order.
+    pub fn mixture(name: impl Into<String>, mixture: Arc<Mixture>) -> Component {
+        Component::with_inner(name, Inner::Mixture(mixture))
+    }
+
+    /// The order of each of the component's epochs (default [`Shuffle::Global`]).
+    pub fn shuffle(mut self, shuffle: Shuffle) -> Component {
+        self.shuffle = shuffle;
+        self
+    }
+
+    /// A seed of its own (default: derived from the run's seed and the name).
+    pub fn seed(mut self, seed: u64) -> Component {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// A transform applied to each of the component's samples, before the mixture checks
+    /// that every component delivers the same fields.
+    pub fn transform(mut self, transform: Arc<dyn Transform>) -> Component {
+        self.transform = Some(transform);
+        self
+    }
+
+    /// The component's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Samples in one of the component's epochs.
+    pub fn len(&self) -> u64 {
+        match &self.inner {
+            Inner::Source(s) => s.manifest().total_samples(),
+            Inner::Mixture(m) => m.samples_per_epoch(),
+        }
+    }
+
+    /// True when the component has no samples.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn fingerprint(&self) -> String {
+        match &self.inner {
+            Inner::Source(s) => s.manifest().fingerprint(),
+            Inner::Mixture(m) => m.manifest.fingerprint(),
+        }
+    }
+
+    fn seed_for(&self, run_seed: u64) -> u64 {
+        self.seed
+            .unwrap_or_else(|| derive_key(&[run_seed, tag::MIX, name_hash(&self.name)]))
+    }
+
+    /// The plan of the component's epoch `epoch` under `seed`, built once and kept while
+    /// it is in use.
+    fn plan(&self, source: &Arc<dyn Source>, epoch: u64, seed: u64) -> Result<Arc<Plan>, Error> {
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, p)) = plans.iter().find(|(e, s, _)| *e == epoch && *s == seed) {
+            return Ok(Arc::clone(p));
+        }
+        let cfg = PlanConfig {
+            seed,
+            epoch,
+            shuffle: self.shuffle,
+            ..PlanConfig::default()
+        };
+        let plan = Arc::new(Plan::new(source.manifest(), &cfg)?);
+        source.set_plan(&plan);
+        if plans.len() >= 4 {
+            plans.remove(0);
+        }
+        plans.push((epoch, seed, Arc::clone(&plan)));
+        Ok(plan)
+    }
+}
+
+/// A stable 64-bit hash of a name (FNV-1a), for seeds.
+fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A period of a stratified segment: the component of each offset, and each component's
+/// count before every `CHECK`-th offset.
+struct Pattern {
+    quotas: Vec<u64>,
+    seq: Vec<u16>,
+    checks: Vec<u32>,
+}
+
+impl Pattern {
+    /// Earliest deadline first over one period, among the components whose next draw is
+    /// released. Draw `j` of a component of quota `q` (share `q / QUANTUM`) must come at an
+    /// offset `t` with `floor((j - 1) Q / q) <= t <= ceil(j Q / q) - 1`: exactly the offsets
+    /// at which every prefix keeps its count within one of its share, both ways. For unit
+    /// jobs with release times and deadlines, EDF meets every deadline when any order does,
+    /// and the shares' fluid schedule is one; ties go to the lowest index.
+    fn new(quotas: Vec<u64>) -> Pattern {
+        let k = quotas.len();
+        let q_all = QUANTUM;
+        let mut counts = vec![0u64; k];
+        let mut seq = Vec::with_capacity(QUANTUM as usize);
+        let mut checks = Vec::with_capacity((QUANTUM as usize / CHECK) * k);
+        for t in 0..QUANTUM {
+            if (t as usize).is_multiple_of(CHECK) {
+                checks.extend(counts.iter().map(|&c| c as u32));
+            }
+            let mut best = (u64::MAX, usize::MAX);
+            for c in 0..k {
+                let q = quotas[c];
+                // Released: floor(counts * Q / q) <= t.
+                if q == 0 || counts[c] * q_all >= (t + 1) * q {
+                    continue;
+                }
+                let deadline = ((counts[c] + 1) * q_all).div_ceil(q);
+                if deadline < best.0 {
+                    best = (deadline, c);
+                }
+            }
+            let c = if best.1 == usize::MAX {
+                // Unreachable when the quotas sum to QUANTUM; any component with room.
+                (0..k).find(|&c| counts[c] < quotas[c]).unwrap_or(0)
+            } else {
+                best.1
+            };
+            seq.push(c as u16);
+            counts[c] += 1;
+        }
+        Pattern {
+            quotas,
+            seq,
+            checks,
+        }
+    }
+
+    /// Draws of component `c` in the first `off` offsets of a period.
+    fn before(&self, c: usize, off: usize) -> u64 {
+        let k = self.quotas.len();
+        let base = off / CHECK;
+        let mut n = u64::from(self.checks[base * k + c]);
+        for &s in &self.seq[base * CHECK..off] {
+            n += u64::from(usize::from(s) == c);
+        }
+        n
+    }
+}
+
+/// Weights constant over `[start, next segment's start)`.
+struct Segment {
+    start: u64,
+    weights: Vec<f64>,
+    /// Each component's draws before `start`.
+    counts: Vec<u64>,
+    pattern: Arc<Pattern>,
+}
+
+/// Rounds `weights` (normalized) to integer quotas summing to [`QUANTUM`] by largest
+/// remainder; a positive weight gets at least one part.
+fn quotas(weights: &[f64]) -> Vec<u64> {
+    let q = QUANTUM as f64;
+    let mut out: Vec<u64> = weights.iter().map(|w| (w * q).floor() as u64).collect();
+    for (o, w) in out.iter_mut().zip(weights) {
+        if *w > 0.0 && *o == 0 {
+            *o = 1;
+        }
+    }
+    let mut order: Vec<usize> = (0..weights.len()).collect();
+    order.sort_by(|&a, &b| {
+        let fa = weights[a] * q - (weights[a] * q).floor();
+        let fb = weights[b] * q - (weights[b] * q).floor();
+        fb.total_cmp(&fa).then(a.cmp(&b))
+    });
+    let mut sum: u64 = out.iter().sum();
+    let mut i = 0;
+    while sum < QUANTUM {
+        let c = order[i % order.len()];
+        if weights[c] > 0.0 {
+            out[c] += 1;
+            sum += 1;
+        }
+        i += 1;
+    }
+    while sum > QUANTUM {
+        // Only after forcing ones: take from the largest.
+        let c = (0..out.len()).max_by_key(|&c| out[c]).expect("components");
+        out[c] -= 1;
+        sum -= 1;
+    }
+    out
+}
+
+/// The engine's plan, as the mixture needs it to place a rank's positions.
+#[derive(Debug, Clone, Copy)]
+struct Ctx {
+    seed: u64,
+    epoch: u64,
+    world: u64,
+    batch: u64,
+    start: u64,
+}
+
+impl Default for Ctx {
+    fn default() -> Ctx {
+        Ctx {
+            seed: 0,
+            epoch: 0,
+            world: 1,
+            batch: 1,
+            start: 0,
+        }
+    }
+}
+
+/// `random` mode's memo: the seed and each component's count before every chunk.
+type RandomMemo = Mutex<(u64, Vec<Vec<u64>>)>;
+
+/// A weighted mixture of sources (see the module documentation).
+pub struct Mixture {
+    components: Vec<Component>,
+    /// Schedule points as given, normalized: (position, weights).
+    points: Vec<(u64, Vec<f64>)>,
+    ramp: bool,
+    segments: Vec<Segment>,
+    mode: MixMode,
+    policy: Policy,
+    epoch_len: u64,
+    source_column: Option<String>,
+    seed: Option<u64>,
+    manifest: Manifest,
+    ctx: RwLock<Ctx>,
+    memo: RandomMemo,
+    /// The first sample's fields (sorted) and its component: every component must match.
+    fields: OnceLock<(usize, Vec<String>)>,
+}
+
+impl fmt::Debug for Mixture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mixture")
+            .field("components", &self.components)
+            .field("mode", &self.mode)
+            .field("policy", &self.policy)
+            .field("samples_per_epoch", &self.epoch_len)
+            .finish()
+    }
+}
+
+/// Builds a [`Mixture`]: [`Mixture::builder`], the weights or a schedule, then
+/// [`MixtureBuilder::build`].
+pub struct MixtureBuilder {
+    components: Vec<Component>,
+    points: Vec<(u64, Vec<f64>)>,
+    ramp: bool,
+    mode: MixMode,
+    policy: Option<Policy>,
+    samples_per_epoch: Option<u64>,
+    source_column: Option<String>,
+    seed: Option<u64>,
+}
+
+impl fmt::Debug for MixtureBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MixtureBuilder")
+            .field("components", &self.components)
+            .field("points", &self.points)
+            .finish()
+    }
+}
+
+impl MixtureBuilder {
+    /// Constant weights, one per component (normalized; need not sum to 1).
+    pub fn weights(mut self, weights: Vec<f64>) -> Self {
+        self.points = vec![(0, weights)];
+        self
+    }
+
+    /// Weights by global sample position: `(position, weights)` points, the first at 0. Each
+    /// holds until the next (or, with `ramp`, moves linearly towards it).
+    pub fn schedule(mut self, points: Vec<(u64, Vec<f64>)>, ramp: bool) -> Self {
+        self.points = points;
+        self.ramp = ramp;
+        self
+    }
+
+    /// `stratified` (default) or `random`.
+    pub fn mode(mut self, mode: MixMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Where the epoch ends (default `stop_on_all`, or `cycle` with `samples_per_epoch`).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// The epoch's length in samples (policy `cycle`).
+    pub fn samples_per_epoch(mut self, n: u64) -> Self {
+        self.samples_per_epoch = Some(n);
+        self
+    }
+
+    /// Adds an int64 column of this name holding each sample's component index.
+    pub fn source_column(mut self, name: impl Into<String>) -> Self {
+        self.source_column = Some(name.into());
+        self
+    }
+
+    /// The mixture's own seed (default: the loader's), for `random` draws and the
+    /// components' derived seeds.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Checks everything and builds the mixture.
+    pub fn build(self) -> Result<Mixture, ConfigError> {
+        let k = self.components.len();
+        if k == 0 {
+            return Err(ConfigError::new(
+                "components",
+                "a mixture needs at least one",
+            ));
+        }
+        if k > usize::from(u16::MAX) {
+            return Err(ConfigError::new(
+                "components",
+                format!("{k} components; at most {}", u16::MAX),
+            ));
+        }
+        for (i, c) in self.components.iter().enumerate() {
+            if c.name.is_empty() {
+                return Err(ConfigError::new(
+                    "components",
+                    "a component has an empty name",
+                ));
+            }
+            if self.components[..i].iter().any(|d| d.name == c.name) {
+                return Err(ConfigError::new(
+                    "components",
+                    format!("two components are named {:?}", c.name),
+                ));
+            }
+            if c.is_empty() {
+                return Err(ConfigError::new(
+                    "components",
+                    format!("component {:?} has no samples", c.name),
+                ));
+            }
+        }
+        let names: Vec<&str> = self.components.iter().map(|c| c.name.as_str()).collect();
+        let points = normalize(self.points, &names)?;
+        let segments = segments(&points, self.ramp);
+        let policy = match (self.policy, self.samples_per_epoch) {
+            (None, Some(_)) | (Some(Policy::Cycle), Some(_)) => Policy::Cycle,
+            (None, None) => Policy::StopOnAll,
+            (Some(Policy::Cycle), None) => {
+                return Err(ConfigError::new(
+                    "samples_per_epoch",
+                    "policy cycle needs samples_per_epoch (the epoch's length in samples)",
+                ));
+            }
+            (Some(p), None) => p,
+            (Some(p), Some(_)) => {
+                return Err(ConfigError::new(
+                    "samples_per_epoch",
+                    format!(
+                        "policy {p} sets the epoch's length itself; give samples_per_epoch \
+                         with policy cycle"
+                    ),
+                ));
+            }
+        };
+        let epoch_len = match policy {
+            Policy::Cycle => self.samples_per_epoch.unwrap_or(0),
+            Policy::StopOnFirst | Policy::StopOnAll => {
+                let ends = self
+                    .components
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(c, comp)| first_epoch_end(&segments, c, comp.len()));
+                let end = if policy == Policy::StopOnFirst {
+                    ends.min()
+                } else {
+                    ends.max()
+                };
+                end.ok_or_else(|| {
+                    ConfigError::new("weights", "every component's weight is zero throughout")
+                })?
+            }
+        };
+        if epoch_len == 0 {
+            return Err(ConfigError::new(
+                "samples_per_epoch",
+                "the mixture's epoch would be empty; pass at least 1",
+            ));
+        }
+        let definition = serde_json::json!({
+            "mode": self.mode.to_string(),
+            "policy": policy.to_string(),
+            "samples_per_epoch": epoch_len,
+            "components": self.components.iter()
+                .map(|c| (c.name.clone(), serde_json::Value::from(c.fingerprint())))
+                .collect::<serde_json::Map<_, _>>(),
+            "weights": points.iter().map(|(p, w)| serde_json::json!([p, w])).collect::<Vec<_>>(),
+            "ramp": self.ramp,
+            "shuffle": self.components.iter()
+                .map(|c| (c.name.clone(), serde_json::Value::from(c.shuffle.to_string())))
+                .collect::<serde_json::Map<_, _>>(),
+            "seeds": serde_json::json!({
+                "mixture": self.seed,
+                "components": self.components.iter()
+                    .map(|c| (c.name.clone(), serde_json::Value::from(c.seed)))
+                    .collect::<serde_json::Map<_, _>>(),
+            }),
+            "transforms": self.components.iter()
+                .map(|c| (c.name.clone(),
+                          serde_json::Value::from(c.transform.as_ref().map(|t| t.name().to_string()))))
+                .collect::<serde_json::Map<_, _>>(),
+            "source_column": self.source_column,
+        });
+        let manifest = Manifest::new(
+            MIXTURE_FORMAT,
+            virtual_manifest(MIXTURE_FORMAT, epoch_len).shards,
+        )
+        .with_param("mixture", definition);
+        Ok(Mixture {
+            components: self.components,
+            points,
+            ramp: self.ramp,
+            segments,
+            mode: self.mode,
+            policy,
+            epoch_len,
+            source_column: self.source_column,
+            seed: self.seed,
+            manifest,
+            ctx: RwLock::new(Ctx::default()),
+            memo: Mutex::new((0, Vec::new())),
+            fields: OnceLock::new(),
+        })
+    }
+}
+
+/// Checks and normalizes schedule points: sorted, the first at 0, one finite non-negative
+/// weight per component, a positive sum.
+fn normalize(
+    mut points: Vec<(u64, Vec<f64>)>,
+    names: &[&str],
+) -> Result<Vec<(u64, Vec<f64>)>, ConfigError> {
+    if points.is_empty() {
+        return Err(ConfigError::new("weights", "no weights given"));
+    }
+    points.sort_by_key(|(p, _)| *p);
+    if points[0].0 != 0 {
+        return Err(ConfigError::new(
+            "weights",
+            format!(
+                "the schedule starts at position {}; its first point must be at 0",
+                points[0].0
+            ),
+        ));
+    }
+    for pair in points.windows(2) {
+        if pair[0].0 == pair[1].0 {
+            return Err(ConfigError::new(
+                "weights",
+                format!("two schedule points at position {}", pair[0].0),
+            ));
+        }
+    }
+    for (p, w) in &mut points {
+        if w.len() != names.len() {
+            return Err(ConfigError::new(
+                "weights",
+                format!(
+                    "{} weights at position {p} for {} components",
+                    w.len(),
+                    names.len()
+                ),
+            ));
+        }
+        if let Some((i, bad)) = w
+            .iter()
+            .enumerate()
+            .find(|(_, x)| !x.is_finite() || **x < 0.0)
+        {
+            return Err(ConfigError::new(
+                "weights",
+                format!(
+                    "weight {bad} for {:?} at position {p}; weights are finite and >= 0",
+                    names[i]
+                ),
+            ));
+        }
+        let sum: f64 = w.iter().sum();
+        if sum <= 0.0 {
+            return Err(ConfigError::new(
+                "weights",
+                format!("the weights at position {p} are all zero"),
+            ));
+        }
+        for x in w.iter_mut() {
+            *x /= sum;
+        }
+    }
+    Ok(points)
+}
+
+/// The constant-weight segments of a schedule (a ramp becomes up to [`RAMP_STEPS`] steps),
+/// each with every component's draws before it.
+fn segments(points: &[(u64, Vec<f64>)], ramp: bool) -> Vec<Segment> {
+    let mut steps: Vec<(u64, Vec<f64>)> = Vec::new();
+    for (i, (p, w)) in points.iter().enumerate() {
+        match points.get(i + 1) {
+            Some((q, v)) if ramp => {
+                let span = q - p;
+                let n = RAMP_STEPS.min(span).max(1);
+                for s in 0..n {
+                    // Each step holds the weights at its middle.
+                    let t = (s as f64 + 0.5) / n as f64;
+                    let at = p + span * s / n;
+                    let mixed = w.iter().zip(v).map(|(a, b)| a + (b - a) * t).collect();
+                    steps.push((at, mixed));
+                }
+            }
+            _ => steps.push((*p, w.clone())),
+        }
+    }
+    steps.dedup_by(|b, a| a.1 == b.1);
+    let k = points[0].1.len();
+    let mut out: Vec<Segment> = Vec::with_capacity(steps.len());
+    let mut cache: Vec<Arc<Pattern>> = Vec::new();
+    for (start, weights) in steps {
+        let counts = match out.last() {
+            None => vec![0; k],
+            Some(prev) => (0..k).map(|c| stratified_count(prev, c, start)).collect(),
+        };
+        let q = quotas(&weights);
+        let pattern = match cache.iter().find(|p| p.quotas == q) {
+            Some(p) => Arc::clone(p),
+            None => {
+                let p = Arc::new(Pattern::new(q));
+                cache.push(Arc::clone(&p));
+                p
+            }
+        };
+        out.push(Segment {
+            start,
+            weights,
+            counts,
+            pattern,
+        });
+    }
+    out
+}
+
+/// Draws of component `c` before position `g` (>= the segment's start), stratified.
+fn stratified_count(seg: &Segment, c: usize, g: u64) -> u64 {
+    let t = g - seg.start;
+    let (full, off) = (t / QUANTUM, (t % QUANTUM) as usize);
+    seg.counts[c] + full * seg.pattern.quotas[c] + seg.pattern.before(c, off)
+}
+
+/// The segment holding position `g`.
+fn segment_at(segments: &[Segment], g: u64) -> &Segment {
+    let i = segments.partition_point(|s| s.start <= g) - 1;
+    &segments[i]
+}
+
+/// The first position by which component `c` has drawn `len` samples (stratified counts),
+/// or `None` when its weight falls to zero for good before that.
+fn first_epoch_end(segments: &[Segment], c: usize, len: u64) -> Option<u64> {
+    let count = |g: u64| stratified_count(segment_at(segments, g), c, g);
+    let last = segments.last().expect("segments");
+    if last.pattern.quotas[c] == 0 {
+        // It never draws after the last segment starts: it must finish before.
+        if count(last.start) < len {
+            return None;
+        }
+    }
+    let mut hi = 1u64;
+    while count(hi) < len {
+        hi = hi.checked_mul(2)?;
+    }
+    let mut lo = 0;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if count(mid) >= len {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Some(lo)
+}
+
+impl Mixture {
+    /// A builder over `components` (then `weights` or `schedule`, and `build`).
+    pub fn builder(components: Vec<Component>) -> MixtureBuilder {
+        MixtureBuilder {
+            components,
+            points: Vec::new(),
+            ramp: false,
+            mode: MixMode::Stratified,
+            policy: None,
+            samples_per_epoch: None,
+            source_column: None,
+            seed: None,
+        }
+    }
+
+    /// The components, in order.
+    pub fn components(&self) -> &[Component] {
+        &self.components
+    }
+
+    /// Samples in one epoch of the mixture.
+    pub fn samples_per_epoch(&self) -> u64 {
+        self.epoch_len
+    }
+
+    /// The mixing mode.
+    pub fn mode(&self) -> MixMode {
+        self.mode
+    }
+
+    /// The epoch policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The schedule: `(position, normalized weights)` points, and whether they ramp.
+    pub fn schedule(&self) -> (&[(u64, Vec<f64>)], bool) {
+        (&self.points, self.ramp)
+    }
+
+    /// The normalized weights in effect at global position `g`.
+    pub fn weights_at(&self, g: u64) -> &[f64] {
+        &segment_at(&self.segments, g).weights
+    }
+
+    /// The component at global position `g` (across epochs) and its draw number there,
+    /// under `seed` (which only `random` mode uses).
+    pub fn locate(&self, g: u64, seed: u64) -> (usize, u64) {
+        match self.mode {
+            MixMode::Stratified => {
+                let seg = segment_at(&self.segments, g);
+                let off = ((g - seg.start) % QUANTUM) as usize;
+                let c = usize::from(seg.pattern.seq[off]);
+                (c, stratified_count(seg, c, g))
+            }
+            MixMode::Random => {
+                let c = self.random_pick(g, seed);
+                (c, self.random_count(c, g, seed))
+            }
+        }
+    }
+
+    /// Draws of each component before global position `g`.
+    pub fn counts_before(&self, g: u64, seed: u64) -> Vec<u64> {
+        (0..self.components.len())
+            .map(|c| match self.mode {
+                MixMode::Stratified => stratified_count(segment_at(&self.segments, g), c, g),
+                MixMode::Random => self.random_count(c, g, seed),
+            })
+            .collect()
+    }
+
+    fn random_pick(&self, g: u64, seed: u64) -> usize {
+        let u = (mix64(derive_key(&[seed, tag::MIX, g])) >> 11) as f64 / (1u64 << 53) as f64;
+        let w = &segment_at(&self.segments, g).weights;
+        let mut acc = 0.0;
+        for (c, x) in w.iter().enumerate() {
+            acc += x;
+            if u < acc {
+                return c;
+            }
+        }
+        // Rounding: the last component with a positive weight.
+        w.iter().rposition(|&x| x > 0.0).unwrap_or(0)
+    }
+
+    fn random_count(&self, c: usize, g: u64, seed: u64) -> u64 {
+        let chunk = g / RANDOM_CHUNK;
+        let base = {
+            let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+            let (memo_seed, starts) = &mut *memo;
+            if *memo_seed != seed || starts.is_empty() {
+                *memo_seed = seed;
+                starts.clear();
+                starts.push(vec![0; self.components.len()]);
+            }
+            while starts.len() as u64 <= chunk {
+                let i = starts.len() as u64 - 1;
+                let mut next = starts[i as usize].clone();
+                for p in i * RANDOM_CHUNK..(i + 1) * RANDOM_CHUNK {
+                    next[self.random_pick(p, seed)] += 1;
+                }
+                starts.push(next);
+            }
+            starts[chunk as usize][c]
+        };
+        base + (chunk * RANDOM_CHUNK..g)
+            .filter(|&p| self.random_pick(p, seed) == c)
+            .count() as u64
+    }
+
+    /// The seed the mixture runs under, given the loader's.
+    fn run_seed(&self, loader_seed: u64) -> u64 {
+        self.seed.unwrap_or(loader_seed)
+    }
+
+    /// The global stream position of epoch position `p` under `ctx`: a rank's batch is a run
+    /// of consecutive positions (see the module documentation).
+    fn position(&self, ctx: &Ctx, p: u64) -> u64 {
+        let s = if p >= ctx.start && ctx.world > 1 {
+            let q = p - ctx.start;
+            let round = ctx.batch.saturating_mul(ctx.world);
+            let full = (self.epoch_len - ctx.start) / round * round;
+            if q < full {
+                let (i, r) = (q / ctx.world, q % ctx.world);
+                ctx.start + (i / ctx.batch) * round + r * ctx.batch + i % ctx.batch
+            } else {
+                p
+            }
+        } else {
+            p
+        };
+        ctx.epoch.saturating_mul(self.epoch_len).saturating_add(s)
+    }
+
+    /// The sample at global stream position `g` under `seed`, as sample `index`.
+    fn sample_at(&self, g: u64, seed: u64, index: u64) -> Result<Sample, Error> {
+        let seed = self.run_seed(seed);
+        let (c, k) = self.locate(g, seed);
+        let comp = &self.components[c];
+        let comp_seed = comp.seed_for(seed);
+        let mut sample = match &comp.inner {
+            Inner::Mixture(m) => m.sample_at(k, comp_seed, index)?,
+            Inner::Source(src) => {
+                let len = src.manifest().total_samples();
+                let (epoch, i) = (k / len, k % len);
+                let plan = comp.plan(src, epoch, comp_seed)?;
+                let id = plan.order_at(i);
+                let mut s = src.read(id)?;
+                if let Some(t) = &comp.transform {
+                    let mut rng = SampleRng::for_sample(comp_seed, epoch, id);
+                    t.apply(&mut s, &mut rng).map_err(|e| Error::Transform {
+                        sample: SampleRef {
+                            index: id,
+                            key: s.key.clone(),
+                            shard: format!("component {:?}", comp.name),
+                        },
+                        source: e,
+                    })?;
+                }
+                s
+            }
+        };
+        self.check_fields(c, &sample, index)?;
+        comp.served.fetch_add(1, Ordering::Relaxed);
+        if let Some(Field::Array(a)) = sample.get("tokens").or_else(|| sample.get("input_ids")) {
+            comp.tokens
+                .fetch_add(a.shape.iter().product::<usize>() as u64, Ordering::Relaxed);
+        }
+        if let Some(col) = &self.source_column {
+            sample.set(col.clone(), Field::Array(Array::scalar_i64(c as i64)));
+        }
+        sample.index = index;
+        Ok(sample)
+    }
+
+    /// Every component must deliver the fields the first sample had.
+    fn check_fields(&self, c: usize, sample: &Sample, index: u64) -> Result<(), Error> {
+        let (first, names) = self.fields.get_or_init(|| {
+            let mut names: Vec<String> = sample.fields.iter().map(|(n, _)| n.to_string()).collect();
+            names.sort();
+            (c, names)
+        });
+        let same = sample.fields.len() == names.len()
+            && sample
+                .fields
+                .iter()
+                .all(|(n, _)| names.binary_search_by(|x| x.as_str().cmp(n)).is_ok());
+        if same {
+            return Ok(());
+        }
+        let mut got: Vec<String> = sample.fields.iter().map(|(n, _)| n.to_string()).collect();
+        got.sort();
+        let missing: Vec<&String> = names.iter().filter(|n| !got.contains(n)).collect();
+        let extra: Vec<&String> = got.iter().filter(|n| !names.contains(n)).collect();
+        Err(Error::Collate {
+            sample: SampleRef {
+                index,
+                key: sample.key.clone(),
+                shard: format!("component {:?}", self.components[c].name),
+            },
+            reason: format!(
+                "component {:?} delivers fields {got:?} but component {:?} delivers {names:?} \
+                 (missing {missing:?}, extra {extra:?}); every component must deliver the same \
+                 fields after its transforms",
+                self.components[c].name, self.components[*first].name
+            ),
+        })
+    }
+
+    /// Samples (and tokens) each component has served so far, with its target share of the
+    /// samples served: `{name: {samples, tokens, share, target}}`.
+    pub fn served(&self) -> serde_json::Value {
+        let total: u64 = self
+            .components
+            .iter()
+            .map(|c| c.served.load(Ordering::Relaxed))
+            .sum();
+        // The target: the schedule's counts over as many positions as were served.
+        let targets = self.counts_before(total, 0);
+        let per: serde_json::Map<String, serde_json::Value> = self
+            .components
+            .iter()
+            .zip(&targets)
+            .map(|(c, &t)| {
+                let n = c.served.load(Ordering::Relaxed);
+                (
+                    c.name.clone(),
+                    serde_json::json!({
+                        "samples": n,
+                        "tokens": c.tokens.load(Ordering::Relaxed),
+                        "share": if total > 0 { n as f64 / total as f64 } else { 0.0 },
+                        "target": if total > 0 { t as f64 / total as f64 } else { 0.0 },
+                    }),
+                )
+            })
+            .collect();
+        serde_json::Value::Object(per)
+    }
+
+    /// How many of each component's epochs one mixture epoch consumes (at the schedule's
+    /// weights from position 0), by name.
+    pub fn epochs_per_epoch(&self) -> Vec<(String, f64)> {
+        let counts = self.counts_before(self.epoch_len, self.seed.unwrap_or(0));
+        self.components
+            .iter()
+            .zip(counts)
+            .map(|(c, n)| (c.name.clone(), n as f64 / c.len() as f64))
+            .collect()
+    }
+}
+
+impl Source for Mixture {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn read(&self, id: u64) -> Result<Sample, Error> {
+        let ctx = *self.ctx.read().unwrap_or_else(|e| e.into_inner());
+        self.sample_at(self.position(&ctx, id), ctx.seed, id)
+    }
+
+    fn set_plan(&self, plan: &Plan) {
+        let cfg = plan.config();
+        *self.ctx.write().unwrap_or_else(|e| e.into_inner()) = Ctx {
+            seed: cfg.seed,
+            epoch: cfg.epoch,
+            world: cfg.world_size.max(1),
+            batch: cfg.batch_size.max(1),
+            start: cfg.start,
+        };
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({ "components": self.served() }))
+    }
+}
+
+/// A fingerprint of each part of a mixture's definition (`weights`, `components`, `seeds`,
+/// ...), kept in its loader's state so that a state from another mixture is refused with
+/// the parts that differ named. `None` for a manifest that is not a mixture's.
+pub fn part_fingerprints(manifest: &Manifest) -> Option<BTreeMap<String, String>> {
+    let def = manifest.params.get("mixture")?.as_object()?;
+    Some(
+        def.iter()
+            .map(|(k, v)| (k.clone(), format!("{:016x}", name_hash(&v.to_string()))))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::FnSource;
+    use crate::{DType, Field};
+
+    /// A component of `len` samples whose field `v` is `tag * 1_000_000 + id`.
+    fn comp(name: &str, tag: u64, len: u64) -> Component {
+        let src = FnSource::new(name, len, move |id| {
+            Ok(Sample::new(id).with(
+                "v",
+                Field::Array(Array::scalar_i64((tag * 1_000_000 + id) as i64)),
+            ))
+        });
+        Component::new(name, Arc::new(src))
+    }
+
+    fn value(s: &Sample) -> u64 {
+        match s.get("v") {
+            Some(Field::Array(a)) => {
+                assert_eq!(a.dtype, DType::I64);
+                i64::from_le_bytes(a.data[..8].try_into().unwrap()) as u64
+            }
+            other => panic!("no v: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn stratified_prefixes_hold_each_share_within_one() {
+        for weights in [
+            vec![0.5, 0.3, 0.2],
+            vec![0.61, 0.07, 0.32],
+            vec![0.25, 0.25, 0.25, 0.25],
+            vec![0.9, 0.05, 0.03, 0.01, 0.01],
+            vec![1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0],
+        ] {
+            let k = weights.len();
+            let m = Mixture::builder(
+                (0..k)
+                    .map(|c| comp(&format!("c{c}"), c as u64, 1000))
+                    .collect(),
+            )
+            .weights(weights.clone())
+            .samples_per_epoch(10_000)
+            .build()
+            .unwrap();
+            let q = quotas(&m.points[0].1);
+            let mut counts = vec![0u64; k];
+            for g in 0..3 * QUANTUM {
+                let (c, n) = m.locate(g, 0);
+                assert_eq!(n, counts[c], "position {g}");
+                counts[c] += 1;
+                for (j, &cnt) in counts.iter().enumerate() {
+                    let target = q[j] as f64 * (g + 1) as f64 / QUANTUM as f64;
+                    assert!(
+                        (cnt as f64 - target).abs() < 1.0,
+                        "{weights:?} c{j} at {g}: {cnt} vs {target}"
+                    );
+                }
+            }
+            // Every batch of 16 holds each share rounded down or up.
+            for b in 0..2000u64 {
+                let (lo, hi) = (b * 16, (b + 1) * 16);
+                let (a, z) = (m.counts_before(lo, 0), m.counts_before(hi, 0));
+                for j in 0..k {
+                    let share = q[j] as f64 * 16.0 / QUANTUM as f64;
+                    let n = (z[j] - a[j]) as f64;
+                    assert!(
+                        n >= share.floor() - 1.0 && n <= share.ceil() + 1.0,
+                        "batch {b} c{j}: {n} vs {share}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn components_cycle_through_their_own_epochs_reshuffled() {
+        let m = Mixture::builder(vec![comp("a", 0, 10), comp("b", 1, 7)])
+            .weights(vec![0.5, 0.5])
+            .policy(Policy::StopOnFirst)
+            .build()
+            .unwrap();
+        // b (7 samples at half the positions) runs out first: by position 14.
+        assert_eq!(m.samples_per_epoch(), 14);
+        let mut b_epochs: Vec<Vec<u64>> = vec![Vec::new(); 4];
+        let mut a_seen = Vec::new();
+        for g in 0..56 {
+            let s = m.sample_at(g, 9, g).unwrap();
+            let v = value(&s);
+            if v >= 1_000_000 {
+                let (_, k) = m.locate(g, 9);
+                b_epochs[(k / 7) as usize].push(v - 1_000_000);
+            } else {
+                a_seen.push(v);
+            }
+        }
+        for e in &b_epochs {
+            let mut sorted = e.clone();
+            sorted.sort();
+            assert_eq!(
+                sorted,
+                (0..7).collect::<Vec<_>>(),
+                "each epoch of b holds every sample once"
+            );
+        }
+        assert_ne!(b_epochs[0], b_epochs[1], "the next epoch is reshuffled");
+        let mut first: Vec<u64> = a_seen[..10].to_vec();
+        first.sort();
+        assert_eq!(first, (0..10).collect::<Vec<_>>());
+        // stop_on_all: a (10 samples, drawn first) finishes last, after 19 positions.
+        let all = Mixture::builder(vec![comp("a", 0, 10), comp("b", 1, 7)])
+            .weights(vec![0.5, 0.5])
+            .build()
+            .unwrap();
+        assert_eq!(all.samples_per_epoch(), 19);
+    }
+
+    #[test]
+    fn schedules_change_the_shares_at_their_points_and_ramps_move_smoothly() {
+        let m = Mixture::builder(vec![comp("a", 0, 100), comp("b", 1, 100)])
+            .schedule(vec![(0, vec![0.75, 0.25]), (1000, vec![0.25, 0.75])], false)
+            .samples_per_epoch(4000)
+            .build()
+            .unwrap();
+        let at = |g| m.counts_before(g, 0);
+        assert_eq!(at(1000), vec![750, 250]);
+        let d: Vec<u64> = at(2000).iter().zip(at(1000)).map(|(x, y)| x - y).collect();
+        assert_eq!(d, vec![250, 750]);
+        assert_eq!(m.weights_at(999), &[0.75, 0.25]);
+        assert_eq!(m.weights_at(1000), &[0.25, 0.75]);
+        let r = Mixture::builder(vec![comp("a", 0, 100), comp("b", 1, 100)])
+            .schedule(vec![(0, vec![1.0, 0.0]), (6400, vec![0.0, 1.0])], true)
+            .samples_per_epoch(8000)
+            .build()
+            .unwrap();
+        assert!(r.weights_at(0)[0] > 0.99 && r.weights_at(0)[0] < 1.0);
+        assert!((r.weights_at(3200)[0] - 0.5).abs() < 0.02);
+        assert_eq!(r.weights_at(7000), &[0.0, 1.0]);
+        // The counts are continuous across the steps.
+        let total: u64 = r.counts_before(6400, 0).iter().sum();
+        assert_eq!(total, 6400);
+    }
+
+    #[test]
+    fn random_mode_counts_match_a_scan() {
+        let m = Mixture::builder(vec![comp("a", 0, 50), comp("b", 1, 30), comp("c", 2, 20)])
+            .weights(vec![0.5, 0.3, 0.2])
+            .mode(MixMode::Random)
+            .samples_per_epoch(5000)
+            .build()
+            .unwrap();
+        let mut counts = [0u64; 3];
+        for g in 0..5000 {
+            let (c, n) = m.locate(g, 3);
+            assert_eq!(n, counts[c]);
+            counts[c] += 1;
+        }
+        assert!(counts[0] > 2300 && counts[0] < 2700, "{counts:?}");
+        let other: Vec<usize> = (0..64).map(|g| m.locate(g, 4).0).collect();
+        let same: Vec<usize> = (0..64).map(|g| m.locate(g, 3).0).collect();
+        assert_ne!(other, same, "the seed changes the draws");
+    }
+
+    #[test]
+    fn nested_mixtures_and_field_checks() {
+        let inner = Arc::new(
+            Mixture::builder(vec![comp("x", 5, 4), comp("y", 6, 4)])
+                .weights(vec![0.5, 0.5])
+                .build()
+                .unwrap(),
+        );
+        let m = Mixture::builder(vec![comp("a", 0, 8), Component::mixture("xy", inner)])
+            .weights(vec![0.5, 0.5])
+            .source_column("source")
+            .build()
+            .unwrap();
+        assert_eq!(m.samples_per_epoch(), 16);
+        let mut tags = std::collections::BTreeSet::new();
+        for g in 0..16 {
+            let s = m.read(g).unwrap();
+            tags.insert(value(&s) / 1_000_000);
+            assert!(s.get("source").is_some());
+        }
+        assert_eq!(tags.into_iter().collect::<Vec<_>>(), vec![0, 5, 6]);
+        let odd = FnSource::new("odd", 5, |id| {
+            Ok(Sample::new(id).with("w", Field::Array(Array::scalar_i64(id as i64))))
+        });
+        let m = Mixture::builder(vec![comp("a", 0, 5), Component::new("odd", Arc::new(odd))])
+            .weights(vec![0.5, 0.5])
+            .build()
+            .unwrap();
+        let err = (0..4)
+            .map(|g| m.read(g))
+            .find_map(Result::err)
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("\"odd\"") && err.contains("\"w\"") && err.contains("same fields"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_definitions_are_refused_by_name() {
+        let e = |b: MixtureBuilder| b.build().unwrap_err().to_string();
+        let two = || vec![comp("a", 0, 5), comp("b", 1, 5)];
+        assert!(e(Mixture::builder(two()).weights(vec![1.0])).contains("1 weights"));
+        assert!(e(Mixture::builder(two()).weights(vec![1.0, -1.0])).contains("\"b\""));
+        assert!(e(Mixture::builder(two()).weights(vec![0.0, 0.0])).contains("all zero"));
+        assert!(
+            e(Mixture::builder(two())
+                .weights(vec![1.0, 1.0])
+                .policy(Policy::Cycle))
+            .contains("samples_per_epoch")
+        );
+        assert!(
+            e(Mixture::builder(two()).schedule(vec![(5, vec![1.0, 1.0])], false))
+                .contains("first point")
+        );
+        assert!(
+            e(Mixture::builder(vec![comp("a", 0, 5), comp("a", 1, 5)]).weights(vec![1.0, 1.0]))
+                .contains("two components")
+        );
+        assert!(
+            e(Mixture::builder(two())
+                .weights(vec![1.0, 1.0])
+                .policy(Policy::StopOnAll)
+                .samples_per_epoch(3))
+            .contains("cycle")
+        );
+    }
+}
