@@ -20,7 +20,8 @@ folders, a ``manifest.json``) and, with the format fixed, ``tokens``, ``webdatas
 ``tfrecord``, ``parquet`` and ``arrow`` (Arrow IPC files and streams, or a pyarrow table or
 Polars frame in memory; every format may be read from URLs: ``s3://``, ``gs://``,
 ``az://``, ``http(s)://``); a Hugging Face ``datasets.Dataset`` passed to ``Loader`` is read
-natively from its Arrow table; ``set_remote_options`` and ``io_stats`` for those; ``Source``,
+natively from its Arrow table; ``mix`` (weighted mixtures of any of these, with exact
+proportions per batch and weight schedules); ``set_remote_options`` and ``io_stats`` for those; ``Source``,
 ``Tensor`` and the exceptions
 ``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``.
 """
@@ -40,6 +41,7 @@ from ._chute import (
 )
 from ._errors import ChuteError, ConfigError, CorruptDataError, StateError
 from ._loader import Loader
+from ._mix import mix
 
 __all__ = [
     "ChuteError",
@@ -53,6 +55,7 @@ __all__ = [
     "arrow",
     "dataset",
     "io_stats",
+    "mix",
     "parquet",
     "set_remote_options",
     "tfrecord",

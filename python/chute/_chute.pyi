@@ -41,6 +41,8 @@ class Source:
     def shards(self) -> List[Tuple[str, int]]: ...
     @property
     def fingerprint(self) -> str: ...
+    @property
+    def mixture(self) -> Optional[Dict[str, Any]]: ...
 
 def dataset(
     paths: Union[_Path, Sequence[_Path]],
@@ -221,3 +223,15 @@ class Loader:
 
 def shutdown() -> None:
     """Stops transforms from calling into Python (the package's atexit hook)."""
+
+def mix(
+    components: Sequence[Tuple[str, Source, str, Optional[int], List[Any]]],
+    schedule: Sequence[Tuple[int, Sequence[float]]],
+    *,
+    ramp: bool = False,
+    mode: str = "stratified",
+    policy: Optional[str] = None,
+    samples_per_epoch: Optional[int] = None,
+    seed: Optional[int] = None,
+    source_column: Optional[str] = None,
+) -> Source: ...

@@ -23,6 +23,7 @@ mod dataset;
 mod dlpack;
 mod errors;
 mod loader;
+mod mixture;
 mod remote;
 mod source;
 mod tensor;
@@ -36,6 +37,8 @@ mod _chute {
     use crate::loader::Loader;
     #[pymodule_export]
     use crate::loader::shutdown;
+    #[pymodule_export]
+    use crate::mixture::mix;
     #[pymodule_export]
     use crate::remote::{io_stats, set_remote_options};
     #[pymodule_export]

@@ -26,7 +26,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use crate::errors;
 use crate::source::Source;
 use crate::tensor::Tensor;
-use crate::transform::{Interrupt, PyTransform, SHUTTING_DOWN};
+use crate::transform::{Interrupt, SHUTTING_DOWN};
 
 /// How long `__next__` waits with the GIL released before it checks for Ctrl-C.
 const POLL: Duration = Duration::from_millis(50);
@@ -181,9 +181,10 @@ impl Loader {
         let shuffle: Shuffle = shuffle.parse().map_err(errors::from_config)?;
         let on_error: OnError = on_error.parse().map_err(errors::from_config)?;
         // A Python dataset parks its own KeyboardInterrupts where the loader looks for them.
-        let interrupt = match &source.get().dataset {
-            Some(d) => Arc::clone(&d.interrupt),
-            None => Arc::new(Interrupt::default()),
+        let interrupt = match (&source.get().dataset, &source.get().interrupt) {
+            (Some(d), _) => Arc::clone(&d.interrupt),
+            (None, Some(i)) => Arc::clone(i),
+            (None, None) => Arc::new(Interrupt::default()),
         };
         let mut builder = chute::Loader::builder_arc(Arc::clone(&source.get().inner))
             .batch_size(count("batch_size", batch_size)? as usize)
@@ -198,15 +199,8 @@ impl Loader {
             .on_error(on_error)
             .pad(pad);
         // Each transform is a JSON op spec (str: native ops, no GIL) or (callable, takes_rng).
-        for t in transforms.unwrap_or_default() {
-            if let Ok(spec) = t.extract::<String>() {
-                let ops = chute::ops::Pipeline::from_json(&spec).map_err(errors::from_config)?;
-                builder = builder.transform(ops);
-            } else {
-                let (func, takes_rng): (Bound<'_, PyAny>, bool) = t.extract()?;
-                builder =
-                    builder.transform(PyTransform::new(func, takes_rng, Arc::clone(&interrupt))?);
-            }
+        if let Some(t) = crate::transform::build(transforms.unwrap_or_default(), &interrupt)? {
+            builder = builder.transform_arc(t);
         }
         // Building may load the CUDA runtime (pin_memory): not under the GIL.
         let loader = py.detach(|| builder.build()).map_err(errors::from_config)?;

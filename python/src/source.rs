@@ -25,6 +25,10 @@ pub(crate) struct Source {
     format: &'static str,
     /// The Python dataset behind the source, when it is one.
     pub(crate) dataset: Option<Arc<MapDataset>>,
+    /// The mixture behind the source, when it is one (so it nests in another).
+    pub(crate) mixture: Option<Arc<chute::core::Mixture>>,
+    /// Where Python transforms inside the source (a mixture's) park `KeyboardInterrupt`.
+    pub(crate) interrupt: Option<Arc<crate::transform::Interrupt>>,
 }
 
 impl Source {
@@ -34,6 +38,22 @@ impl Source {
             inner: Arc::clone(&dataset) as Arc<dyn chute::Source>,
             format: "python",
             dataset: Some(dataset),
+            mixture: None,
+            interrupt: None,
+        }
+    }
+
+    /// A mixture as a source.
+    pub(crate) fn from_mixture(
+        mixture: Arc<chute::core::Mixture>,
+        interrupt: Arc<crate::transform::Interrupt>,
+    ) -> Source {
+        Source {
+            inner: Arc::clone(&mixture) as Arc<dyn chute::Source>,
+            format: chute::core::mixture::MIXTURE_FORMAT,
+            dataset: None,
+            mixture: Some(mixture),
+            interrupt: Some(interrupt),
         }
     }
 }
@@ -69,6 +89,31 @@ impl Source {
     #[getter]
     fn structure(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.dataset.as_ref().and_then(|d| d.structure(py))
+    }
+
+    /// For a mixture: `{"components": [(name, samples)], "samples_per_epoch", "mode",
+    /// "policy", "schedule": [(position, weights)], "ramp", "epochs_per_epoch": {name: epochs
+    /// of the component one mixture epoch consumes}}`; `None` for other sources.
+    #[getter]
+    fn mixture<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(m) = &self.mixture else {
+            return Ok(None);
+        };
+        let (points, ramp) = m.schedule();
+        let info = serde_json::json!({
+            "components": m.components().iter().map(|c| (c.name(), c.len())).collect::<Vec<_>>(),
+            "samples_per_epoch": m.samples_per_epoch(),
+            "mode": m.mode().to_string(),
+            "policy": m.policy().to_string(),
+            "schedule": points,
+            "ramp": ramp,
+            "epochs_per_epoch": m.epochs_per_epoch().into_iter()
+                .map(|(n, e)| (n, serde_json::Value::from(e)))
+                .collect::<serde_json::Map<_, _>>(),
+        });
+        py.import("json")?
+            .call_method1("loads", (info.to_string(),))
+            .map(Some)
     }
 
     /// The dataset's fingerprint (what a `state_dict` is checked against).
@@ -115,6 +160,8 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
         inner,
         format: format.name(),
         dataset: None,
+        mixture: None,
+        interrupt: None,
     })
 }
 
@@ -309,6 +356,8 @@ pub(crate) fn arrow_table(
         inner: Arc::new(inner),
         format: Format::Arrow.name(),
         dataset: None,
+        mixture: None,
+        interrupt: None,
     })
 }
 

@@ -25,6 +25,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyModule, PyString};
 
+use crate::errors;
 use crate::source::dtype;
 use crate::tensor::Tensor;
 
@@ -317,4 +318,37 @@ fn to_array(
         shape,
         Bytes::copy_from_slice(data.as_bytes()),
     ))
+}
+
+/// Transforms as the loader takes them (JSON op specs, or `(callable, takes_rng)` pairs) as
+/// one engine transform; `None` when there are none.
+pub(crate) fn build(
+    specs: Vec<Bound<'_, PyAny>>,
+    interrupt: &std::sync::Arc<Interrupt>,
+) -> PyResult<Option<std::sync::Arc<dyn Transform>>> {
+    let mut out: Vec<std::sync::Arc<dyn Transform>> = Vec::new();
+    for t in specs {
+        if let Ok(spec) = t.extract::<String>() {
+            let ops = chute::ops::Pipeline::from_json(&spec).map_err(errors::from_config)?;
+            out.push(std::sync::Arc::new(ops));
+        } else {
+            let (func, takes_rng): (Bound<'_, PyAny>, bool) = t.extract()?;
+            out.push(std::sync::Arc::new(PyTransform::new(
+                func,
+                takes_rng,
+                std::sync::Arc::clone(interrupt),
+            )?));
+        }
+    }
+    Ok(match out.len() {
+        0 => None,
+        1 => out.pop(),
+        _ => {
+            let mut all = chute::core::Compose::new();
+            for t in out {
+                all.push(t);
+            }
+            Some(std::sync::Arc::new(all))
+        }
+    })
 }
