@@ -150,6 +150,18 @@ fn index_mode(index: &str) -> PyResult<IndexMode> {
 /// Resolves `paths` and opens them with `options`, the GIL released.
 fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyResult<Source> {
     let files = self::paths(paths)?;
+    if let [one] = files.as_slice()
+        && options.format.is_none()
+        && chute::formats::mixture::is_mixture_file(one)
+    {
+        let mixture = py
+            .detach(|| chute::formats::mixture::open_mixture_file(one))
+            .map_err(errors::to_py)?;
+        return Ok(Source::from_mixture(
+            Arc::new(mixture),
+            Arc::new(crate::transform::Interrupt::default()),
+        ));
+    }
     let (format, inner) = py
         .detach(|| {
             let dataset = Dataset::resolve(&files, options.format)?;

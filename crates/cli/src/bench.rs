@@ -30,9 +30,10 @@ pub(crate) struct LoaderArgs {
     /// Finished batches that may wait for the consumer, on top of one per worker.
     #[arg(long, default_value_t = 2)]
     pub(crate) prefetch: usize,
-    /// Ordering: none, global, block or block:N (N shards per shuffle window).
-    #[arg(long, default_value = "global", value_parser = parse_shuffle)]
-    pub(crate) shuffle: Shuffle,
+    /// Ordering: none, global, block or block:N (N shards per shuffle window) [default:
+    /// global; none for a mixture file, which orders its own samples].
+    #[arg(long, value_parser = parse_shuffle)]
+    pub(crate) shuffle: Option<Shuffle>,
     /// Seed for the order and the per-sample randomness.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
@@ -91,9 +92,15 @@ impl LoaderArgs {
         let workers = self
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let mixture = source.manifest().format == chute::core::mixture::MIXTURE_FORMAT;
+        let shuffle = self.shuffle.unwrap_or(if mixture {
+            Shuffle::None
+        } else {
+            Shuffle::Global
+        });
         let loader = Loader::builder_arc(source).options(LoaderOptions {
             batch_size: self.batch_size,
-            shuffle: self.shuffle,
+            shuffle,
             seed: self.seed,
             num_workers: workers,
             prefetch: self.prefetch,

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::bail;
-use chute::core::{DType, Source};
+use chute::core::{DType, Mixture, Source};
+use chute::formats::mixture::{is_mixture_file, open_mixture_file};
 use chute::formats::{Dataset, Format, IndexMode, OpenOptions};
 use chute::io::{RemoteOptions, set_remote_options};
 use clap::Args;
@@ -16,8 +17,8 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 pub(crate) struct DatasetArgs {
     /// Shard files or URLs (http(s)://, s3://, gs://, az://, file://), brace patterns such as
     /// `train-{000000..000127}.tar`, globs (`data/*.parquet`), folders (every shard inside,
-    /// sorted, or their manifest.json) or one `manifest.json` (a path or URL) written by
-    /// `chute index`.
+    /// sorted, or their manifest.json), one `manifest.json` (a path or URL) written by
+    /// `chute index`, or one mixture file (JSON: components, weights, schedule, policy).
     #[arg(required = true)]
     pub(crate) paths: Vec<PathBuf>,
     /// Format; by default from the manifest or the file extension.
@@ -142,8 +143,23 @@ impl DatasetArgs {
         Ok(Dataset::resolve_shards(&self.paths, self.format)?)
     }
 
-    /// Opens the source over every shard (checking a manifest's fingerprint).
+    /// Opens the source over every shard (checking a manifest's fingerprint), or the
+    /// mixture a single mixture file describes.
     pub(crate) fn open(&self) -> anyhow::Result<Arc<dyn Source>> {
+        if let Some(m) = self.mixture()? {
+            return Ok(m);
+        }
         Ok(self.resolve()?.open(&self.options())?)
+    }
+
+    /// The mixture, when the only path is a mixture file (`chute::formats::mixture`).
+    pub(crate) fn mixture(&self) -> anyhow::Result<Option<Arc<Mixture>>> {
+        match self.paths.as_slice() {
+            [one] if is_mixture_file(one) => {
+                self.apply_remote_options()?;
+                Ok(Some(Arc::new(open_mixture_file(one)?)))
+            }
+            _ => Ok(None),
+        }
     }
 }

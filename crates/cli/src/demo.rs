@@ -126,7 +126,7 @@ fn loader_args(args: &DemoArgs, batch_size: usize, transform: Option<Pipeline>) 
         batch_size,
         workers: args.workers,
         prefetch: 2,
-        shuffle: Shuffle::Global,
+        shuffle: Some(Shuffle::Global),
         seed: args.seed,
         epoch: 0,
         rank: 0,

@@ -1,7 +1,7 @@
 //! `chute inspect`, `chute verify` and `chute cat`: look at shards without writing code.
 
 use anyhow::Context;
-use chute::core::{Error, Field, Plan, PlanConfig, Sample, Source};
+use chute::core::{Error, Field, Mixture, Plan, PlanConfig, Sample, Source};
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -103,6 +103,9 @@ fn array_values(a: &chute::core::Array, n: usize) -> Vec<Value> {
 }
 
 pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
+    if let Some(m) = args.dataset.mixture()? {
+        return inspect_mixture(&m, args.json);
+    }
     let dataset = args.dataset.resolve()?;
     let source = dataset.open(&args.dataset.options())?;
     let m = source.manifest();
@@ -150,6 +153,69 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             println!("{r}");
         }
     }
+    Ok(())
+}
+
+/// A mixture: its components, the effective proportions at each schedule point, and how
+/// many epochs of each component one mixture epoch consumes.
+fn inspect_mixture(m: &Mixture, as_json: bool) -> anyhow::Result<()> {
+    let (points, ramp) = m.schedule();
+    let epochs = m.epochs_per_epoch();
+    let seed = 0;
+    let served = m.counts_before(m.samples_per_epoch(), seed);
+    let components: Vec<_> = m
+        .components()
+        .iter()
+        .zip(&epochs)
+        .zip(&served)
+        .map(|((c, (_, e)), n)| {
+            json!({"name": c.name(), "samples": c.len(), "per_epoch": n, "epochs_per_epoch": e})
+        })
+        .collect();
+    let report = json!({
+        "format": "mixture",
+        "samples_per_epoch": m.samples_per_epoch(),
+        "mode": m.mode().to_string(),
+        "policy": m.policy().to_string(),
+        "components": components,
+        "schedule": points.iter().map(|(p, w)| json!({
+            "at": p,
+            // The proportions as served: the weights rounded to the period's quotas.
+            "weights": m.components().iter().zip(w).map(|(c, x)| (c.name().to_string(), json!(x)))
+                .collect::<serde_json::Map<_, _>>(),
+        })).collect::<Vec<_>>(),
+        "ramp": ramp,
+        "params": m.manifest().params,
+        "fingerprint": m.manifest().fingerprint(),
+    });
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!("format:            mixture ({}, {})", m.mode(), m.policy());
+    println!("samples per epoch: {}", m.samples_per_epoch());
+    for c in &components {
+        println!(
+            "  {:<16} {:>12} samples, {:>12} per mixture epoch = {:.3} of its epochs",
+            c["name"].as_str().unwrap_or_default(),
+            c["samples"],
+            c["per_epoch"],
+            c["epochs_per_epoch"].as_f64().unwrap_or(0.0)
+        );
+    }
+    for p in report["schedule"].as_array().into_iter().flatten() {
+        let w: Vec<String> = p["weights"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(n, x)| format!("{n} {:.4}", x.as_f64().unwrap_or(0.0)))
+            .collect();
+        println!("  from sample {:>12}: {}", p["at"], w.join(", "));
+    }
+    if ramp {
+        println!("  (weights ramp linearly between these points)");
+    }
+    println!("fingerprint:       {}", m.manifest().fingerprint());
     Ok(())
 }
 

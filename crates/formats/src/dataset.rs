@@ -205,7 +205,13 @@ pub struct Dataset {
 }
 
 /// Resolves `inputs` and opens them: [`Dataset::resolve`] then [`Dataset::open`].
+/// A single `.json` input holding a mixture (see [`crate::mixture`]) opens that mixture.
 pub fn open<P: AsRef<Path>>(inputs: &[P], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    if let [one] = inputs
+        && crate::mixture::is_mixture_file(one.as_ref())
+    {
+        return Ok(Arc::new(crate::mixture::open_mixture_file(one.as_ref())?));
+    }
     Dataset::resolve(inputs, options.format)?.open(options)
 }
 

@@ -57,6 +57,7 @@ mod ids;
 mod indexed;
 #[cfg(feature = "arrow")]
 pub mod ipc;
+pub mod mixture;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod tar;

@@ -513,3 +513,54 @@ fn verify_reports_every_corrupt_tfrecord_with_its_offset() {
     assert_eq!(row["fields"]["label"], -2);
     assert_eq!(row["fields"]["floats"][1], 0.125);
 }
+
+#[test]
+fn mixture_files_run_under_bench_and_inspect() {
+    let dir = tempfile::tempdir().unwrap();
+    token_file(dir.path(), "web", 40 * 17, 1);
+    token_file(dir.path(), "code", 20 * 17, 2);
+    std::fs::create_dir(dir.path().join("more")).unwrap();
+    token_file(&dir.path().join("more"), "math", 10 * 17, 3);
+    std::fs::write(
+        dir.path().join("more/inner.json"),
+        r#"{"components": {"math": {"path": "math.bin", "seq_len": 16}}}"#,
+    )
+    .unwrap();
+    let mix = dir.path().join("mix.json");
+    std::fs::write(
+        &mix,
+        r#"{"components": [
+              {"name": "web", "paths": ["web.bin"], "seq_len": 16},
+              {"name": "code", "path": "code.bin", "seq_len": 16, "shuffle": "none"},
+              {"name": "math", "mixture": "more/inner.json"}],
+            "weights": {"0": {"web": 0.5, "code": 0.3, "math": 0.2},
+                        "40": {"web": 0.2, "code": 0.2, "math": 0.6}},
+            "samples_per_epoch": 80}"#,
+    )
+    .unwrap();
+    let m = mix.to_str().unwrap();
+    let report = json(&ok(&["inspect", m, "--json"]));
+    assert_eq!(report["format"], "mixture");
+    assert_eq!(report["samples_per_epoch"], 80);
+    assert_eq!(report["policy"], "cycle");
+    let comps = report["components"].as_array().unwrap();
+    assert_eq!(comps.len(), 3);
+    // 20 + 8 web, 12 + 8 code, 8 + 24 math.
+    assert_eq!(comps[0]["per_epoch"], 28);
+    assert_eq!(comps[2]["per_epoch"], 32);
+    assert!((comps[2]["epochs_per_epoch"].as_f64().unwrap() - 3.2).abs() < 1e-9);
+    let text = ok(&["inspect", m]);
+    assert!(text.contains("from sample"), "{text}");
+    let b = bench(&mix, &["--batch-size", "8"]);
+    assert_eq!(b["samples"], 80, "{b}");
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"components": {"web": {"path": "web.bin"}}, "wieghts": {}}"#,
+    )
+    .unwrap();
+    let out = chute(&["bench", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown key \"wieghts\""), "{err}");
+}
