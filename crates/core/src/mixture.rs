@@ -33,12 +33,15 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
+use crate::batch::Column;
+use crate::buffer::BufferPool;
 use crate::error::{ConfigError, Error, SampleRef};
 use crate::manifest::Manifest;
 use crate::plan::{Plan, PlanConfig, Shuffle};
 use crate::rng::{SampleRng, derive_key, mix64, tag};
 use crate::sample::{Array, Field, Sample};
 use crate::source::{Source, virtual_manifest};
+use crate::tensor::Tensor;
 use crate::transform::Transform;
 
 /// Parts of a period: stratified weights are rounded to multiples of `1 / QUANTUM`.
@@ -392,6 +395,9 @@ impl Default for Ctx {
         }
     }
 }
+
+/// A component's share of a batch: its index, its collated columns and their batch rows.
+type Part = (usize, Vec<(String, Column)>, Vec<usize>);
 
 /// `random` mode's memo: the seed and each component's count before every chunk.
 type RandomMemo = Mutex<(u64, Vec<Vec<u64>>)>;
@@ -952,6 +958,121 @@ impl Mixture {
         Ok(sample)
     }
 
+    /// [`Source::collate`]'s work: `Ok(None)` when a component has no columnar path or a
+    /// column that is not a fixed-shape tensor.
+    fn collate_rows(
+        &self,
+        ids: &[u64],
+        ctx: &Ctx,
+        seed: u64,
+        pool: &BufferPool,
+    ) -> Result<Option<Vec<(String, Column)>>, Error> {
+        let k = self.components.len();
+        // Each component's ids (in its own id space) and their rows in the batch.
+        let mut own: Vec<(Vec<u64>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); k];
+        for (row, &id) in ids.iter().enumerate() {
+            let (c, draw) = self.locate(self.position(ctx, id), seed);
+            let comp = &self.components[c];
+            let Inner::Source(src) = &comp.inner else {
+                return Ok(None);
+            };
+            let len = src.manifest().total_samples();
+            let plan = comp.plan(src, draw / len, comp.seed_for(seed))?;
+            own[c].0.push(plan.order_at(draw % len));
+            own[c].1.push(row);
+        }
+        let mut parts: Vec<Part> = Vec::new();
+        for (c, (cids, rows)) in own.into_iter().enumerate() {
+            if cids.is_empty() {
+                continue;
+            }
+            let Inner::Source(src) = &self.components[c].inner else {
+                return Ok(None);
+            };
+            let Some(cols) = src.collate(&cids, pool) else {
+                return Ok(None);
+            };
+            parts.push((c, cols?, rows));
+        }
+        let Some((first_c, first, _)) = parts.first() else {
+            return Ok(Some(Vec::new()));
+        };
+        let n = ids.len();
+        let mut out = Vec::with_capacity(first.len() + 1);
+        for (name, col) in first {
+            let Column::Tensor(proto) = col else {
+                return Ok(None);
+            };
+            let row_shape = &proto.shape()[1..];
+            let row_bytes = proto.as_bytes().len() / proto.shape()[0].max(1);
+            let mut buf = pool.take(n * row_bytes);
+            let dst = buf.as_mut_slice();
+            for (c, cols, rows) in &parts {
+                let theirs = cols.iter().find(|(m, _)| m == name).map(|(_, col)| col);
+                let Some(Column::Tensor(t)) = theirs else {
+                    return Err(self.field_error(*c, *first_c, name, ids[rows[0]]));
+                };
+                if t.dtype() != proto.dtype() || &t.shape()[1..] != row_shape {
+                    return Ok(None); // the sample path names what differs
+                }
+                for (j, &row) in rows.iter().enumerate() {
+                    dst[row * row_bytes..(row + 1) * row_bytes]
+                        .copy_from_slice(&t.as_bytes()[j * row_bytes..(j + 1) * row_bytes]);
+                }
+            }
+            let mut shape = vec![n];
+            shape.extend_from_slice(row_shape);
+            out.push((
+                name.clone(),
+                Column::Tensor(Tensor::new(proto.dtype(), shape, buf)),
+            ));
+        }
+        for (c, cols, rows) in &parts {
+            if cols.len() != first.len() {
+                let extra = cols
+                    .iter()
+                    .find(|(m, _)| !first.iter().any(|(f, _)| f == m));
+                let name = extra.map_or("?", |(m, _)| m.as_str());
+                return Err(self.field_error(*c, *first_c, name, ids[rows[0]]));
+            }
+            let comp = &self.components[*c];
+            comp.served.fetch_add(rows.len() as u64, Ordering::Relaxed);
+            if let Some((_, Column::Tensor(t))) =
+                cols.iter().find(|(m, _)| m == "tokens" || m == "input_ids")
+            {
+                comp.tokens.fetch_add(t.numel() as u64, Ordering::Relaxed);
+            }
+        }
+        if let Some(col) = &self.source_column {
+            let mut labels = vec![0i64; n];
+            for (c, _, rows) in &parts {
+                for &row in rows {
+                    labels[row] = *c as i64;
+                }
+            }
+            out.push((
+                col.clone(),
+                Column::Tensor(Tensor::from_slice(&labels, vec![n])),
+            ));
+        }
+        Ok(Some(out))
+    }
+
+    fn field_error(&self, c: usize, first: usize, field: &str, index: u64) -> Error {
+        Error::Collate {
+            sample: SampleRef {
+                index,
+                key: String::new(),
+                shard: format!("component {:?}", self.components[c].name),
+            },
+            reason: format!(
+                "component {:?} and component {:?} differ in field {field:?}; every component \
+                 must deliver the same fields after its transforms",
+                self.components[c].name, self.components[first].name
+            ),
+        }
+    }
+
     /// Every component must deliver the fields the first sample had.
     fn check_fields(&self, c: usize, sample: &Sample, index: u64) -> Result<(), Error> {
         let (first, names) = self.fields.get_or_init(|| {
@@ -1051,6 +1172,26 @@ impl Source for Mixture {
 
     fn stats(&self) -> Option<serde_json::Value> {
         Some(serde_json::json!({ "components": self.served() }))
+    }
+
+    /// The columnar path when every component is a plain source with one (no transforms, no
+    /// nested mixtures): each component collates its rows of the batch, and the rows are
+    /// interleaved back into batch order. `None` (the sample-by-sample path) otherwise.
+    fn collate(
+        &self,
+        ids: &[u64],
+        pool: &BufferPool,
+    ) -> Option<Result<Vec<(String, Column)>, Error>> {
+        if self
+            .components
+            .iter()
+            .any(|c| c.transform.is_some() || matches!(c.inner, Inner::Mixture(_)))
+        {
+            return None;
+        }
+        let ctx = *self.ctx.read().unwrap_or_else(|e| e.into_inner());
+        let seed = self.run_seed(ctx.seed);
+        self.collate_rows(ids, &ctx, seed, pool).transpose()
     }
 }
 
@@ -1267,6 +1408,72 @@ mod tests {
             err.contains("\"odd\"") && err.contains("\"w\"") && err.contains("same fields"),
             "{err}"
         );
+    }
+
+    /// A source with a columnar path: `v` as in [`comp`], collated into an i64 tensor.
+    struct Columnar {
+        manifest: Manifest,
+        tag: u64,
+    }
+
+    impl Source for Columnar {
+        fn manifest(&self) -> &Manifest {
+            &self.manifest
+        }
+        fn read(&self, id: u64) -> Result<Sample, Error> {
+            let v = (self.tag * 1_000_000 + id) as i64;
+            Ok(Sample::new(id).with("v", Field::Array(Array::scalar_i64(v))))
+        }
+        fn collate(
+            &self,
+            ids: &[u64],
+            _pool: &BufferPool,
+        ) -> Option<Result<Vec<(String, Column)>, Error>> {
+            let v: Vec<i64> = ids
+                .iter()
+                .map(|&i| (self.tag * 1_000_000 + i) as i64)
+                .collect();
+            let t = Tensor::from_slice(&v, vec![ids.len()]);
+            Some(Ok(vec![("v".to_string(), Column::Tensor(t))]))
+        }
+    }
+
+    #[test]
+    fn the_columnar_path_gives_the_samples_the_sample_path_gives() {
+        let columnar = |tag, len| -> Arc<dyn Source> {
+            Arc::new(Columnar {
+                manifest: virtual_manifest("c", len),
+                tag,
+            })
+        };
+        let m = Mixture::builder(vec![
+            Component::new("a", columnar(0, 13)),
+            Component::new("b", columnar(1, 7)),
+        ])
+        .weights(vec![0.7, 0.3])
+        .samples_per_epoch(60)
+        .source_column("src")
+        .build()
+        .unwrap();
+        let pool = BufferPool::new(1 << 20);
+        let ids: Vec<u64> = (0..60).collect();
+        let cols = m.collate(&ids, &pool).unwrap().unwrap();
+        let get = |name: &str| -> Vec<i64> {
+            let Some((_, Column::Tensor(t))) = cols.iter().find(|(n, _)| n == name) else {
+                panic!("no {name}")
+            };
+            t.as_bytes()
+                .chunks_exact(8)
+                .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+                .collect()
+        };
+        let (v, src) = (get("v"), get("src"));
+        for (i, &id) in ids.iter().enumerate() {
+            let s = m.read(id).unwrap();
+            assert_eq!(v[i] as u64, value(&s), "row {i}");
+            assert_eq!(src[i], v[i] / 1_000_000);
+        }
+        assert_eq!(m.served()["a"]["samples"].as_u64().unwrap() % 42, 0);
     }
 
     #[test]
