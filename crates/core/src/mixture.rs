@@ -970,6 +970,8 @@ impl Mixture {
         let k = self.components.len();
         // Each component's ids (in its own id space) and their rows in the batch.
         let mut own: Vec<(Vec<u64>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); k];
+        // The plan each component used last in this batch (one lock per epoch, not per row).
+        let mut plans: Vec<Option<(u64, Arc<Plan>)>> = vec![None; k];
         for (row, &id) in ids.iter().enumerate() {
             let (c, draw) = self.locate(self.position(ctx, id), seed);
             let comp = &self.components[c];
@@ -977,7 +979,15 @@ impl Mixture {
                 return Ok(None);
             };
             let len = src.manifest().total_samples();
-            let plan = comp.plan(src, draw / len, comp.seed_for(seed))?;
+            let epoch = draw / len;
+            let plan = match &plans[c] {
+                Some((e, p)) if *e == epoch => Arc::clone(p),
+                _ => {
+                    let p = comp.plan(src, epoch, comp.seed_for(seed))?;
+                    plans[c] = Some((epoch, Arc::clone(&p)));
+                    p
+                }
+            };
             own[c].0.push(plan.order_at(draw % len));
             own[c].1.push(row);
         }
