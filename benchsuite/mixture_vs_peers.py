@@ -5,8 +5,9 @@
 Three uint16 token files (20M / 12M / 4M tokens), windows of 1,025 tokens as int64, batches
 of 16, weights 0.5 / 0.3 / 0.2. Every loader also reports which component each sample came
 from, so the script measures the largest deviation from the target share over every
-1,000-sample window (sliding, all positions). chute runs with 2 worker threads; chute's cost of
-mixing is measured against one source over the same three files.
+1,000-sample window (sliding, all positions; chute's from an untimed pass with a `source`
+column). chute runs with 2 worker threads; chute's cost of mixing is measured against one
+source over the same three files.
 
     python benchsuite/mixture_vs_peers.py [--samples 40000] [--rounds 3] [workdir]
 
@@ -51,15 +52,18 @@ def deviation(labels, window=1000):
     return worst
 
 
-def chute_mix(paths, n, mode):
+def chute_mix(paths, n, mode, labelled=False):
+    """Timed without a `source` column (as the one-source case); `labelled` adds it, for the
+    deviation (an untimed pass)."""
     srcs = {k: chute.tokens(p, seq_len=WIN - 1) for k, p in paths.items()}
-    mix = chute.mix(srcs, weights=WEIGHTS, mode=mode, policy="cycle",
-                    samples_per_epoch=n, source_column="source")
+    mix = chute.mix(srcs, weights=WEIGHTS, mode=mode, policy="cycle", samples_per_epoch=n,
+                    source_column="source" if labelled else None)
     labels = []
     for b in chute.Loader(mix, batch_size=BATCH, num_workers=2):
-        labels.append(b["source"])
         _ = b["tokens"]
-    return n, np.concatenate(labels)
+        if labelled:
+            labels.append(b["source"])
+    return n, np.concatenate(labels) if labelled else None
 
 
 def chute_single(paths, n):
@@ -165,6 +169,8 @@ def main():
             if labels is not None:
                 devs[k] = deviation(labels)
         print(f"round {r + 1}/{a.rounds}", flush=True)
+    for mode in ("stratified", "random"):
+        devs[f"chute.mix {mode}"] = deviation(chute_mix(paths, n, mode, labelled=True)[1])
     base = statistics.median(rates["chute, one source (same files)"])
     peers = [statistics.median(v) for k, v in rates.items() if not k.startswith("chute")]
     best = max(peers)

@@ -14,6 +14,7 @@ __all__ = [
     "dataset",
     "io_stats",
     "map_dataset",
+    "mix",
     "parquet",
     "set_remote_options",
     "shutdown",

@@ -14,8 +14,12 @@ import chute
 from conftest import SEQ, clean_env, epoch_ids, ids
 
 SLOW_SCRIPT = """
-import sys, time
+import signal, sys, time
 import chute
+
+# A shell that starts the tests in the background hands its children SIGINT ignored, and
+# Python then installs no handler of its own: restore the interactive default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def slow(sample):
     time.sleep(0.2)  # 64 samples a batch: one batch takes 13 s

@@ -48,7 +48,7 @@ use crate::transform::Transform;
 pub const QUANTUM: u64 = 1 << 16;
 
 /// Positions between memoized counts in `random` mode.
-pub const RANDOM_CHUNK: u64 = 1024;
+pub const RANDOM_CHUNK: u64 = 4096;
 
 /// Positions between the counts kept for a period's pattern.
 const CHECK: usize = 64;
@@ -318,6 +318,24 @@ impl Pattern {
         }
     }
 
+    /// A layout given position by position (`random` mode's chunks), over `k` components;
+    /// `quotas` are then its draws per component.
+    fn from_seq(seq: Vec<u16>, k: usize) -> Pattern {
+        let mut counts = vec![0u64; k];
+        let mut checks = Vec::with_capacity(seq.len().div_ceil(CHECK) * k);
+        for (t, &c) in seq.iter().enumerate() {
+            if t.is_multiple_of(CHECK) {
+                checks.extend(counts.iter().map(|&n| n as u32));
+            }
+            counts[usize::from(c)] += 1;
+        }
+        Pattern {
+            quotas: counts,
+            seq,
+            checks,
+        }
+    }
+
     /// Draws of component `c` in the first `off` offsets of a period.
     fn before(&self, c: usize, off: usize) -> u64 {
         let k = self.quotas.len();
@@ -396,11 +414,45 @@ impl Default for Ctx {
     }
 }
 
+/// What one call of the engine's keeps while it reads: each component's plan in use and
+/// its counts served (added to the totals once, at the end).
+struct Reading {
+    /// `random` mode's chunk in use: (seed, chunk, chunk).
+    random: Option<(u64, u64, Arc<RandomChunk>)>,
+    plans: Vec<Option<(u64, u64, Arc<Plan>)>>,
+    tally: Vec<(u64, u64)>,
+    nested: Vec<Option<Reading>>,
+}
+
+impl Reading {
+    fn new(m: &Mixture) -> Reading {
+        let k = m.components.len();
+        Reading {
+            random: None,
+            plans: vec![None; k],
+            tally: vec![(0, 0); k],
+            nested: (0..k).map(|_| None).collect(),
+        }
+    }
+}
+
 /// A component's share of a batch: its index, its collated columns and their batch rows.
 type Part = (usize, Vec<(String, Column)>, Vec<usize>);
 
-/// `random` mode's memo: the seed and each component's count before every chunk.
-type RandomMemo = Mutex<(u64, Vec<Vec<u64>>)>;
+/// `random` mode's memo: the seed, each component's count before every chunk, and the
+/// chunks last laid out.
+#[derive(Default)]
+struct RandomMemo {
+    seed: u64,
+    starts: Vec<Vec<u64>>,
+    chunks: std::collections::VecDeque<(u64, Arc<RandomChunk>)>,
+}
+
+/// A chunk of `random` mode's positions: each component's draws before it, and its layout.
+struct RandomChunk {
+    counts: Vec<u64>,
+    pattern: Pattern,
+}
 
 /// A weighted mixture of sources (see the module documentation).
 pub struct Mixture {
@@ -416,7 +468,7 @@ pub struct Mixture {
     seed: Option<u64>,
     manifest: Manifest,
     ctx: RwLock<Ctx>,
-    memo: RandomMemo,
+    memo: Mutex<RandomMemo>,
     /// The first sample's fields (sorted) and its component: every component must match.
     fields: OnceLock<(usize, Vec<String>)>,
 }
@@ -623,7 +675,7 @@ impl MixtureBuilder {
             seed: self.seed,
             manifest,
             ctx: RwLock::new(Ctx::default()),
-            memo: Mutex::new((0, Vec::new())),
+            memo: Mutex::new(RandomMemo::default()),
             fields: OnceLock::new(),
         })
     }
@@ -869,28 +921,46 @@ impl Mixture {
     }
 
     fn random_count(&self, c: usize, g: u64, seed: u64) -> u64 {
-        let chunk = g / RANDOM_CHUNK;
-        let base = {
-            let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
-            let (memo_seed, starts) = &mut *memo;
-            if *memo_seed != seed || starts.is_empty() {
-                *memo_seed = seed;
-                starts.clear();
-                starts.push(vec![0; self.components.len()]);
-            }
-            while starts.len() as u64 <= chunk {
-                let i = starts.len() as u64 - 1;
-                let mut next = starts[i as usize].clone();
-                for p in i * RANDOM_CHUNK..(i + 1) * RANDOM_CHUNK {
-                    next[self.random_pick(p, seed)] += 1;
-                }
-                starts.push(next);
-            }
-            starts[chunk as usize][c]
+        let chunk = self.random_chunk(g / RANDOM_CHUNK, seed);
+        chunk.counts[c] + chunk.pattern.before(c, (g % RANDOM_CHUNK) as usize)
+    }
+
+    /// `random` mode's chunk `i` under `seed`: each component's draws before it, and its
+    /// components laid out as a pattern (built once, kept for the last few chunks used).
+    fn random_chunk(&self, i: u64, seed: u64) -> Arc<RandomChunk> {
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        let memo = &mut *memo;
+        if memo.seed != seed || memo.starts.is_empty() {
+            memo.seed = seed;
+            memo.starts = vec![vec![0; self.components.len()]];
+            memo.chunks.clear();
+        }
+        if let Some((_, c)) = memo.chunks.iter().find(|(j, _)| *j == i) {
+            return Arc::clone(c);
+        }
+        let layout = |j: u64| -> Vec<u16> {
+            (j * RANDOM_CHUNK..(j + 1) * RANDOM_CHUNK)
+                .map(|p| self.random_pick(p, seed) as u16)
+                .collect()
         };
-        base + (chunk * RANDOM_CHUNK..g)
-            .filter(|&p| self.random_pick(p, seed) == c)
-            .count() as u64
+        while memo.starts.len() as u64 <= i {
+            let j = memo.starts.len() as u64 - 1;
+            let mut next = memo.starts[j as usize].clone();
+            for c in layout(j) {
+                next[usize::from(c)] += 1;
+            }
+            memo.starts.push(next);
+        }
+        let counts = memo.starts[i as usize].clone();
+        let chunk = Arc::new(RandomChunk {
+            counts,
+            pattern: Pattern::from_seq(layout(i), self.components.len()),
+        });
+        if memo.chunks.len() >= 8 {
+            memo.chunks.pop_front();
+        }
+        memo.chunks.push_back((i, Arc::clone(&chunk)));
+        chunk
     }
 
     /// The seed the mixture runs under, given the loader's.
@@ -917,18 +987,45 @@ impl Mixture {
         ctx.epoch.saturating_mul(self.epoch_len).saturating_add(s)
     }
 
-    /// The sample at global stream position `g` under `seed`, as sample `index`.
-    fn sample_at(&self, g: u64, seed: u64, index: u64) -> Result<Sample, Error> {
+    /// The sample at global stream position `g` under `seed`, as sample `index`; `r` keeps
+    /// the plans in use and the counts served for one call of the engine's.
+    fn sample_at(&self, g: u64, seed: u64, index: u64, r: &mut Reading) -> Result<Sample, Error> {
         let seed = self.run_seed(seed);
-        let (c, k) = self.locate(g, seed);
+        let (c, k) = match self.mode {
+            MixMode::Stratified => self.locate(g, seed),
+            MixMode::Random => {
+                let i = g / RANDOM_CHUNK;
+                let chunk = match &r.random {
+                    Some((s, j, ch)) if *s == seed && *j == i => Arc::clone(ch),
+                    _ => {
+                        let ch = self.random_chunk(i, seed);
+                        r.random = Some((seed, i, Arc::clone(&ch)));
+                        ch
+                    }
+                };
+                let off = (g % RANDOM_CHUNK) as usize;
+                let c = usize::from(chunk.pattern.seq[off]);
+                (c, chunk.counts[c] + chunk.pattern.before(c, off))
+            }
+        };
         let comp = &self.components[c];
         let comp_seed = comp.seed_for(seed);
         let mut sample = match &comp.inner {
-            Inner::Mixture(m) => m.sample_at(k, comp_seed, index)?,
+            Inner::Mixture(m) => {
+                let inner = r.nested[c].get_or_insert_with(|| Reading::new(m));
+                m.sample_at(k, comp_seed, index, inner)?
+            }
             Inner::Source(src) => {
                 let len = src.manifest().total_samples();
                 let (epoch, i) = (k / len, k % len);
-                let plan = comp.plan(src, epoch, comp_seed)?;
+                let plan = match &r.plans[c] {
+                    Some((e, s, p)) if *e == epoch && *s == comp_seed => Arc::clone(p),
+                    _ => {
+                        let p = comp.plan(src, epoch, comp_seed)?;
+                        r.plans[c] = Some((epoch, comp_seed, Arc::clone(&p)));
+                        p
+                    }
+                };
                 let id = plan.order_at(i);
                 let mut s = src.read(id)?;
                 if let Some(t) = &comp.transform {
@@ -946,16 +1043,28 @@ impl Mixture {
             }
         };
         self.check_fields(c, &sample, index)?;
-        comp.served.fetch_add(1, Ordering::Relaxed);
+        r.tally[c].0 += 1;
         if let Some(Field::Array(a)) = sample.get("tokens").or_else(|| sample.get("input_ids")) {
-            comp.tokens
-                .fetch_add(a.shape.iter().product::<usize>() as u64, Ordering::Relaxed);
+            r.tally[c].1 += a.shape.iter().product::<usize>() as u64;
         }
         if let Some(col) = &self.source_column {
             sample.set(col.clone(), Field::Array(Array::scalar_i64(c as i64)));
         }
         sample.index = index;
         Ok(sample)
+    }
+
+    /// Adds what `r` counted to the components' totals.
+    fn flush(&self, r: Reading) {
+        for ((comp, (n, t)), nested) in self.components.iter().zip(r.tally).zip(r.nested) {
+            if n > 0 {
+                comp.served.fetch_add(n, Ordering::Relaxed);
+                comp.tokens.fetch_add(t, Ordering::Relaxed);
+            }
+            if let (Inner::Mixture(m), Some(inner)) = (&comp.inner, nested) {
+                m.flush(inner);
+            }
+        }
     }
 
     /// [`Source::collate`]'s work: `Ok(None)` when a component has no columnar path or a
@@ -1166,7 +1275,22 @@ impl Source for Mixture {
 
     fn read(&self, id: u64) -> Result<Sample, Error> {
         let ctx = *self.ctx.read().unwrap_or_else(|e| e.into_inner());
-        self.sample_at(self.position(&ctx, id), ctx.seed, id)
+        let mut r = Reading::new(self);
+        let s = self.sample_at(self.position(&ctx, id), ctx.seed, id, &mut r);
+        self.flush(r);
+        s
+    }
+
+    /// One look at the plan and one update of the counts per call, not per sample.
+    fn read_many(&self, ids: &[u64]) -> Vec<Result<Sample, Error>> {
+        let ctx = *self.ctx.read().unwrap_or_else(|e| e.into_inner());
+        let mut r = Reading::new(self);
+        let out = ids
+            .iter()
+            .map(|&id| self.sample_at(self.position(&ctx, id), ctx.seed, id, &mut r))
+            .collect();
+        self.flush(r);
+        out
     }
 
     fn set_plan(&self, plan: &Plan) {
@@ -1305,7 +1429,7 @@ mod tests {
         let mut b_epochs: Vec<Vec<u64>> = vec![Vec::new(); 4];
         let mut a_seen = Vec::new();
         for g in 0..56 {
-            let s = m.sample_at(g, 9, g).unwrap();
+            let s = m.sample_at(g, 9, g, &mut Reading::new(&m)).unwrap();
             let v = value(&s);
             if v >= 1_000_000 {
                 let (_, k) = m.locate(g, 9);
