@@ -471,6 +471,9 @@ pub struct Mixture {
     memo: Mutex<RandomMemo>,
     /// The first sample's fields (sorted) and its component: every component must match.
     fields: OnceLock<(usize, Vec<String>)>,
+    /// Set once a component had no columnar path for a batch ([`Source::collate`]): later
+    /// batches go straight to the sample path instead of locating their rows twice.
+    no_columnar: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Mixture {
@@ -677,6 +680,7 @@ impl MixtureBuilder {
             ctx: RwLock::new(Ctx::default()),
             memo: Mutex::new(RandomMemo::default()),
             fields: OnceLock::new(),
+            no_columnar: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }
@@ -1109,6 +1113,7 @@ impl Mixture {
                 return Ok(None);
             };
             let Some(cols) = src.collate(&cids, pool) else {
+                self.no_columnar.store(true, Ordering::Relaxed);
                 return Ok(None);
             };
             parts.push((c, cols?, rows));
@@ -1316,10 +1321,11 @@ impl Source for Mixture {
         ids: &[u64],
         pool: &BufferPool,
     ) -> Option<Result<Vec<(String, Column)>, Error>> {
-        if self
-            .components
-            .iter()
-            .any(|c| c.transform.is_some() || matches!(c.inner, Inner::Mixture(_)))
+        if self.no_columnar.load(Ordering::Relaxed)
+            || self
+                .components
+                .iter()
+                .any(|c| c.transform.is_some() || matches!(c.inner, Inner::Mixture(_)))
         {
             return None;
         }
