@@ -9,7 +9,10 @@ from, so the script measures the largest deviation from the target share over ev
 column). chute runs with 2 worker threads; chute's cost of mixing is measured against one
 source over the same three files.
 
-    python benchsuite/mixture_vs_peers.py [--samples 40000] [--rounds 3] [workdir]
+    python benchsuite/mixture_vs_peers.py [--samples 20000] [--rounds 3] [workdir]
+
+`--samples` per peer run (tf.data takes a quarter of it: it is slow); chute's runs are 20x
+longer, so that building a loader does not weigh in its rate.
 
 Needs: chute, numpy, torch, torchdata (>= 0.10, `torchdata.nodes`), tensorflow-cpu.
 Medians of `--rounds` interleaved rounds, page cache warm.
@@ -144,17 +147,19 @@ def iterable_mix(paths, n):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--samples", type=int, default=40_000)
+    ap.add_argument("--samples", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("workdir", nargs="?", default="bench-data")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     paths = write(a.workdir)
     n = a.samples
+    # chute runs 20x longer, so that building the loader (a few ms) does not count.
+    cn = 20 * n
     cases = {
-        "chute, one source (same files)": lambda: chute_single(paths, n),
-        "chute.mix stratified": lambda: chute_mix(paths, n, "stratified"),
-        "chute.mix random": lambda: chute_mix(paths, n, "random"),
+        "chute, one source (same files)": lambda: chute_single(paths, cn),
+        "chute.mix stratified": lambda: chute_mix(paths, cn, "stratified"),
+        "chute.mix random": lambda: chute_mix(paths, cn, "random"),
         "tf.data sample_from_datasets": lambda: tf_mix(paths, n // 4),
         "torchdata MultiNodeWeightedSampler (main thread)": lambda: torchdata_mix(paths, n),
         "weighted IterableDataset, DataLoader(num_workers=0)": lambda: iterable_mix(paths, n),
