@@ -44,16 +44,16 @@ def test_every_batch_holds_each_share_across_a_schedule_change(three):
         w = [0.5, 0.3, 0.2] if position < 128 else [0.2, 0.2, 0.6]
         for c in range(3):
             n = int((src == c).sum())
-            assert np.floor(16 * w[c]) - 1 <= n <= np.ceil(16 * w[c]) + 1, (position, c, n)
+            assert np.floor(16 * w[c]) <= n <= np.ceil(16 * w[c]), (position, c, n)
         position += 16
     assert position == 256
     served = loader.stats()["source"]["components"]
     assert sum(v["samples"] for v in served.values()) == 256
     assert served["math"]["tokens"] == served["math"]["samples"] * WINDOW
-    # Over each segment of constant weights, every share is within one sample.
+    # Over every run of batches from a segment's start, every share is within one sample.
     stream = [c for b in chute.Loader(open_three(three), batch_size=16) for c, _ in origin(b)]
     for lo, hi, w in [(0, 128, [0.5, 0.3, 0.2]), (128, 256, [0.2, 0.2, 0.6])]:
-        for end in range(lo + 1, hi + 1):
+        for end in range(lo + 16, hi + 1, 16):
             for c in range(3):
                 n = stream[lo:end].count(c)
                 assert abs(n - w[c] * (end - lo)) < 1, (lo, end, c, n)

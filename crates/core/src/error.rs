@@ -240,8 +240,9 @@ pub enum StateError {
     },
     /// The state was taken on a mixture whose definition differs from this one's.
     #[error(
-        "state was taken on another mixture: its {} differ{} (the components' fingerprints, the \
-         weights and schedule, the policy, the seeds); resume with the mixture the state was \
+        "state was taken on another mixture: its {} differ{} (the parts: the components' \
+         fingerprints, the weights and schedule, the policy, the seeds, the batch size its \
+         batches were stratified for); resume with the mixture and batch size the state was \
          taken with",
         differs.join(", "),
         if differs.len() == 1 { "s" } else { "" }

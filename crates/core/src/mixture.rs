@@ -274,36 +274,36 @@ struct Pattern {
 }
 
 impl Pattern {
-    /// Earliest deadline first over one period, among the components whose next draw is
-    /// released. Draw `j` of a component of quota `q` (share `q / QUANTUM`) must come at an
-    /// offset `t` with `floor((j - 1) Q / q) <= t <= ceil(j Q / q) - 1`: exactly the offsets
+    /// Earliest deadline first over one period of `n = sum(quotas)` offsets, among the
+    /// components whose next draw is released. Draw `j` of a component of quota `q` (share
+    /// `q / n`) must come at an offset `t` with `floor((j - 1) n / q) <= t <= ceil(j n / q) - 1`: exactly the offsets
     /// at which every prefix keeps its count within one of its share, both ways. For unit
     /// jobs with release times and deadlines, EDF meets every deadline when any order does,
     /// and the shares' fluid schedule is one; ties go to the lowest index.
     fn new(quotas: Vec<u64>) -> Pattern {
         let k = quotas.len();
-        let q_all = QUANTUM;
+        let n: u64 = quotas.iter().sum();
         let mut counts = vec![0u64; k];
-        let mut seq = Vec::with_capacity(QUANTUM as usize);
-        let mut checks = Vec::with_capacity((QUANTUM as usize / CHECK) * k);
-        for t in 0..QUANTUM {
+        let mut seq = Vec::with_capacity(n as usize);
+        let mut checks = Vec::with_capacity((n as usize).div_ceil(CHECK) * k);
+        for t in 0..n {
             if (t as usize).is_multiple_of(CHECK) {
                 checks.extend(counts.iter().map(|&c| c as u32));
             }
             let mut best = (u64::MAX, usize::MAX);
             for c in 0..k {
                 let q = quotas[c];
-                // Released: floor(counts * Q / q) <= t.
-                if q == 0 || counts[c] * q_all >= (t + 1) * q {
+                // Released: floor(counts * n / q) <= t.
+                if q == 0 || counts[c] * n >= (t + 1) * q {
                     continue;
                 }
-                let deadline = ((counts[c] + 1) * q_all).div_ceil(q);
+                let deadline = ((counts[c] + 1) * n).div_ceil(q);
                 if deadline < best.0 {
                     best = (deadline, c);
                 }
             }
             let c = if best.1 == usize::MAX {
-                // Unreachable when the quotas sum to QUANTUM; any component with room.
+                // Unreachable: the quotas sum to the period; any component with room.
                 (0..k).find(|&c| counts[c] < quotas[c]).unwrap_or(0)
             } else {
                 best.1
@@ -346,6 +346,103 @@ impl Pattern {
         }
         n
     }
+}
+
+/// Batch-level stratification for batches of `batch` samples at constant quotas: each
+/// component gets `floor(q * batch / Q)` samples of every batch, and `r` components one more,
+/// chosen over a period of [`QUANTUM`] batches by earliest deadline first among released
+/// bonuses (as [`Pattern`] does for single positions, `r` distinct picks per batch), so every
+/// batch holds each share rounded down or up and every run of batches from the period's start
+/// keeps each count within one of its share.
+struct Bonus {
+    floors: Vec<u64>,
+    /// Bonuses per component per period.
+    per_period: Vec<u64>,
+    r: usize,
+    picks: Vec<u16>,
+    checks: Vec<u32>,
+}
+
+impl Bonus {
+    fn new(quotas: &[u64], batch: u64) -> Bonus {
+        let k = quotas.len();
+        let floors: Vec<u64> = quotas.iter().map(|q| q * batch / QUANTUM).collect();
+        let phi: Vec<u64> = quotas.iter().map(|q| q * batch % QUANTUM).collect();
+        let r = (phi.iter().sum::<u64>() / QUANTUM) as usize;
+        let mut counts = vec![0u64; k];
+        let mut picks = Vec::with_capacity(QUANTUM as usize * r);
+        let mut checks = Vec::with_capacity((QUANTUM as usize / CHECK) * k);
+        let mut due: Vec<(bool, u64, usize)> = Vec::with_capacity(k);
+        for j in 0..QUANTUM {
+            if (j as usize).is_multiple_of(CHECK) {
+                checks.extend(counts.iter().map(|&c| c as u32));
+            }
+            if r == 0 {
+                continue;
+            }
+            // Released ones first (by deadline, then index), then the others.
+            due.clear();
+            for c in 0..k {
+                if phi[c] == 0 {
+                    continue;
+                }
+                let released = counts[c] * QUANTUM < (j + 1) * phi[c];
+                due.push((!released, ((counts[c] + 1) * QUANTUM).div_ceil(phi[c]), c));
+            }
+            due.sort_unstable();
+            for &(_, _, c) in due.iter().take(r) {
+                picks.push(c as u16);
+                counts[c] += 1;
+            }
+        }
+        Bonus {
+            floors,
+            per_period: phi,
+            r,
+            picks,
+            checks,
+        }
+    }
+
+    /// Bonuses of component `c` in the first `j` batches of the run.
+    fn before(&self, c: usize, j: u64) -> u64 {
+        let (full, j) = (j / QUANTUM, (j % QUANTUM) as usize);
+        let k = self.floors.len();
+        let base = j / CHECK;
+        let mut n = full * self.per_period[c] + u64::from(self.checks[base * k + c]);
+        for &p in &self.picks[base * CHECK * self.r..j * self.r] {
+            n += u64::from(usize::from(p) == c);
+        }
+        n
+    }
+
+    /// The composition of batch `j` of the run.
+    fn batch(&self, j: u64) -> Vec<u64> {
+        let j = (j % QUANTUM) as usize;
+        let mut a = self.floors.clone();
+        for &p in &self.picks[j * self.r..(j + 1) * self.r] {
+            a[usize::from(p)] += 1;
+        }
+        a
+    }
+}
+
+/// The share of each component in `len` positions at `quotas`, rounded by largest remainder
+/// (ties to the lowest index): an epoch's last, shorter batch.
+fn rounded(quotas: &[u64], len: u64) -> Vec<u64> {
+    let mut a: Vec<u64> = quotas.iter().map(|q| q * len / QUANTUM).collect();
+    let mut rest: Vec<(u64, usize)> = quotas
+        .iter()
+        .enumerate()
+        .map(|(c, q)| (QUANTUM - q * len % QUANTUM, c))
+        .filter(|&(r, _)| r < QUANTUM)
+        .collect();
+    rest.sort_unstable();
+    let missing = len - a.iter().sum::<u64>();
+    for &(_, c) in rest.iter().take(missing as usize) {
+        a[c] += 1;
+    }
+    a
 }
 
 /// Weights constant over `[start, next segment's start)`.
@@ -414,9 +511,15 @@ impl Default for Ctx {
     }
 }
 
+/// A stratified batch: ((epoch, batch, batch size), each component's draws before it, its
+/// layout).
+type GridBatch = ((u64, u64, u64), Vec<u64>, Arc<Pattern>);
+
 /// What one call of the engine's keeps while it reads: each component's plan in use and
 /// its counts served (added to the totals once, at the end).
 struct Reading {
+    /// The stratified batch in use: ((epoch, batch, batch size), draws before it, layout).
+    batch: Option<GridBatch>,
     /// `random` mode's chunk in use: (seed, chunk, chunk).
     random: Option<(u64, u64, Arc<RandomChunk>)>,
     plans: Vec<Option<(u64, u64, Arc<Plan>)>>,
@@ -428,12 +531,20 @@ impl Reading {
     fn new(m: &Mixture) -> Reading {
         let k = m.components.len();
         Reading {
+            batch: None,
             random: None,
             plans: vec![None; k],
             tally: vec![(0, 0); k],
             nested: (0..k).map(|_| None).collect(),
         }
     }
+}
+
+/// Built pieces of the batch-level stratification (see [`Mixture::grid_batch`]).
+#[derive(Default)]
+struct GridCache {
+    bonuses: Vec<((usize, u64), Arc<Bonus>)>,
+    layouts: std::collections::HashMap<Vec<u64>, Arc<Pattern>>,
 }
 
 /// A component's share of a batch: its index, its collated columns and their batch rows.
@@ -471,6 +582,11 @@ pub struct Mixture {
     memo: Mutex<RandomMemo>,
     /// The first sample's fields (sorted) and its component: every component must match.
     fields: OnceLock<(usize, Vec<String>)>,
+    /// Batch-level stratification: each segment's [`Bonus`] per batch size and the layouts of
+    /// batch compositions.
+    grid: Mutex<GridCache>,
+    /// Each component's draws before every epoch, for the batch size in use.
+    epoch_starts: Mutex<(u64, Vec<Vec<u64>>)>,
     /// Set once a component had no columnar path for a batch ([`Source::collate`]): later
     /// batches go straight to the sample path instead of locating their rows twice.
     no_columnar: std::sync::atomic::AtomicBool,
@@ -681,6 +797,8 @@ impl MixtureBuilder {
             memo: Mutex::new(RandomMemo::default()),
             fields: OnceLock::new(),
             no_columnar: std::sync::atomic::AtomicBool::new(false),
+            grid: Mutex::new(GridCache::default()),
+            epoch_starts: Mutex::new((0, Vec::new())),
         })
     }
 }
@@ -884,30 +1002,34 @@ impl Mixture {
     }
 
     /// The component at global position `g` (across epochs) and its draw number there,
-    /// under `seed` (which only `random` mode uses).
+    /// under `seed` (which only `random` mode uses), for the loader's batch size (the last
+    /// plan's; 1 before any).
     pub fn locate(&self, g: u64, seed: u64) -> (usize, u64) {
-        match self.mode {
-            MixMode::Stratified => {
-                let seg = segment_at(&self.segments, g);
-                let off = ((g - seg.start) % QUANTUM) as usize;
-                let c = usize::from(seg.pattern.seq[off]);
-                (c, stratified_count(seg, c, g))
-            }
-            MixMode::Random => {
-                let c = self.random_pick(g, seed);
-                (c, self.random_count(c, g, seed))
-            }
-        }
+        let b = self.ctx.read().unwrap_or_else(|e| e.into_inner()).batch;
+        self.draw(g, seed, b, &mut Reading::new(self))
     }
 
-    /// Draws of each component before global position `g`.
+    /// Draws of each component before global position `g` (as [`Mixture::locate`]).
     pub fn counts_before(&self, g: u64, seed: u64) -> Vec<u64> {
-        (0..self.components.len())
-            .map(|c| match self.mode {
-                MixMode::Stratified => stratified_count(segment_at(&self.segments, g), c, g),
-                MixMode::Random => self.random_count(c, g, seed),
-            })
-            .collect()
+        let b = self.ctx.read().unwrap_or_else(|e| e.into_inner()).batch;
+        match self.mode {
+            MixMode::Stratified if b > 1 => {
+                let (e, p) = (g / self.epoch_len, g % self.epoch_len);
+                let (before, layout) = self.grid_batch(e, p / b, b);
+                let t = (p % b) as usize;
+                before
+                    .iter()
+                    .enumerate()
+                    .map(|(c, n)| n + layout.before(c, t))
+                    .collect()
+            }
+            MixMode::Stratified => (0..self.components.len())
+                .map(|c| stratified_count(segment_at(&self.segments, g), c, g))
+                .collect(),
+            MixMode::Random => (0..self.components.len())
+                .map(|c| self.random_count(c, g, seed))
+                .collect(),
+        }
     }
 
     fn random_pick(&self, g: u64, seed: u64) -> usize {
@@ -967,6 +1089,152 @@ impl Mixture {
         chunk
     }
 
+    /// Epoch `e`'s full batches of `b` samples as runs at constant weights: (first batch, end,
+    /// segment). A batch takes the weights in effect at its first position.
+    fn pieces(&self, e: u64, b: u64) -> Vec<(u64, u64, usize)> {
+        let (l, e0) = (self.epoch_len, e.saturating_mul(self.epoch_len));
+        let nb = l / b;
+        let mut out = Vec::new();
+        for (i, seg) in self.segments.iter().enumerate() {
+            let first = |start: u64| start.saturating_sub(e0).div_ceil(b).min(nb);
+            let lo = first(seg.start);
+            let hi = self.segments.get(i + 1).map_or(nb, |n| first(n.start));
+            if lo < hi {
+                out.push((lo, hi, i));
+            }
+        }
+        out
+    }
+
+    fn bonus(&self, seg: usize, b: u64) -> Arc<Bonus> {
+        let mut grid = self.grid.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, x)) = grid.bonuses.iter().find(|(key, _)| *key == (seg, b)) {
+            return Arc::clone(x);
+        }
+        let x = Arc::new(Bonus::new(&self.segments[seg].pattern.quotas, b));
+        grid.bonuses.push(((seg, b), Arc::clone(&x)));
+        x
+    }
+
+    /// The layout of a batch of composition `a` (earliest deadline first over its positions).
+    fn layout(&self, a: &[u64]) -> Arc<Pattern> {
+        let mut grid = self.grid.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(x) = grid.layouts.get(a) {
+            return Arc::clone(x);
+        }
+        if grid.layouts.len() >= 1024 {
+            grid.layouts.clear();
+        }
+        let x = Arc::new(Pattern::new(a.to_vec()));
+        grid.layouts.insert(a.to_vec(), Arc::clone(&x));
+        x
+    }
+
+    /// Draws of each component within epoch `e` before its batch `m` (batches of `b`), and
+    /// that batch's composition. Full batches hold each share rounded down or up (see
+    /// [`Bonus`]); an epoch's last, shorter batch its share of its length.
+    fn grid_batch_in_epoch(&self, e: u64, m: u64, b: u64) -> (Vec<u64>, Vec<u64>) {
+        let k = self.components.len();
+        let mut before = vec![0u64; k];
+        for (lo, hi, seg) in self.pieces(e, b) {
+            let bonus = self.bonus(seg, b);
+            let upto = m.min(hi);
+            if upto > lo {
+                for (c, n) in before.iter_mut().enumerate() {
+                    *n += (upto - lo) * bonus.floors[c] + bonus.before(c, upto - lo);
+                }
+            }
+            if (lo..hi).contains(&m) {
+                return (before, bonus.batch(m - lo));
+            }
+        }
+        let nb = self.epoch_len / b;
+        let start = e.saturating_mul(self.epoch_len).saturating_add(nb * b);
+        let quotas = &segment_at(&self.segments, start).pattern.quotas;
+        (before, rounded(quotas, self.epoch_len - nb * b))
+    }
+
+    /// Each component's draws before epoch `e` (batches of `b`), memoized.
+    fn epoch_start(&self, e: u64, b: u64) -> Vec<u64> {
+        let mut memo = self.epoch_starts.lock().unwrap_or_else(|e| e.into_inner());
+        let (memo_b, starts) = &mut *memo;
+        if *memo_b != b || starts.is_empty() {
+            *memo_b = b;
+            *starts = vec![vec![0; self.components.len()]];
+        }
+        let nb = self.epoch_len / b;
+        while starts.len() as u64 <= e {
+            let i = starts.len() as u64 - 1;
+            let (mut n, last) = self.grid_batch_in_epoch(i, nb, b);
+            if self.epoch_len > nb * b {
+                for (x, y) in n.iter_mut().zip(last) {
+                    *x += y;
+                }
+            }
+            let next = starts[i as usize]
+                .iter()
+                .zip(n)
+                .map(|(a, b)| a + b)
+                .collect();
+            starts.push(next);
+        }
+        starts[e as usize].clone()
+    }
+
+    /// Each component's draws before batch `m` of epoch `e` (of `b` samples), and the
+    /// batch's layout.
+    fn grid_batch(&self, e: u64, m: u64, b: u64) -> (Vec<u64>, Arc<Pattern>) {
+        let (mut before, a) = self.grid_batch_in_epoch(e, m, b);
+        for (x, y) in before.iter_mut().zip(self.epoch_start(e, b)) {
+            *x += y;
+        }
+        (before, self.layout(&a))
+    }
+
+    /// Stratified `(component, draw)` at global position `g` for batches of `b` (> 1).
+    fn grid_draw(&self, g: u64, b: u64, r: &mut Reading) -> (usize, u64) {
+        let (e, p) = (g / self.epoch_len, g % self.epoch_len);
+        let (m, t) = (p / b, (p % b) as usize);
+        let key = (e, m, b);
+        if !matches!(&r.batch, Some((k, _, _)) if *k == key) {
+            let (before, layout) = self.grid_batch(e, m, b);
+            r.batch = Some((key, before, layout));
+        }
+        let (_, before, layout) = r.batch.as_ref().expect("set above");
+        let c = usize::from(layout.seq[t]);
+        (c, before[c] + layout.before(c, t))
+    }
+
+    /// `(component, draw)` at global position `g`, for the loader's batches of `b`.
+    fn draw(&self, g: u64, seed: u64, b: u64, r: &mut Reading) -> (usize, u64) {
+        match self.mode {
+            MixMode::Stratified if b > 1 => self.grid_draw(g, b, r),
+            MixMode::Stratified => self.locate_sample(g),
+            MixMode::Random => {
+                let i = g / RANDOM_CHUNK;
+                let chunk = match &r.random {
+                    Some((s, j, ch)) if *s == seed && *j == i => Arc::clone(ch),
+                    _ => {
+                        let ch = self.random_chunk(i, seed);
+                        r.random = Some((seed, i, Arc::clone(&ch)));
+                        ch
+                    }
+                };
+                let off = (g % RANDOM_CHUNK) as usize;
+                let c = usize::from(chunk.pattern.seq[off]);
+                (c, chunk.counts[c] + chunk.pattern.before(c, off))
+            }
+        }
+    }
+
+    /// Stratified at the level of single positions (batches of 1, nested mixtures).
+    fn locate_sample(&self, g: u64) -> (usize, u64) {
+        let seg = segment_at(&self.segments, g);
+        let off = ((g - seg.start) % QUANTUM) as usize;
+        let c = usize::from(seg.pattern.seq[off]);
+        (c, stratified_count(seg, c, g))
+    }
+
     /// The seed the mixture runs under, given the loader's.
     fn run_seed(&self, loader_seed: u64) -> u64 {
         self.seed.unwrap_or(loader_seed)
@@ -993,31 +1261,22 @@ impl Mixture {
 
     /// The sample at global stream position `g` under `seed`, as sample `index`; `r` keeps
     /// the plans in use and the counts served for one call of the engine's.
-    fn sample_at(&self, g: u64, seed: u64, index: u64, r: &mut Reading) -> Result<Sample, Error> {
+    fn sample_at(
+        &self,
+        g: u64,
+        seed: u64,
+        batch: u64,
+        index: u64,
+        r: &mut Reading,
+    ) -> Result<Sample, Error> {
         let seed = self.run_seed(seed);
-        let (c, k) = match self.mode {
-            MixMode::Stratified => self.locate(g, seed),
-            MixMode::Random => {
-                let i = g / RANDOM_CHUNK;
-                let chunk = match &r.random {
-                    Some((s, j, ch)) if *s == seed && *j == i => Arc::clone(ch),
-                    _ => {
-                        let ch = self.random_chunk(i, seed);
-                        r.random = Some((seed, i, Arc::clone(&ch)));
-                        ch
-                    }
-                };
-                let off = (g % RANDOM_CHUNK) as usize;
-                let c = usize::from(chunk.pattern.seq[off]);
-                (c, chunk.counts[c] + chunk.pattern.before(c, off))
-            }
-        };
+        let (c, k) = self.draw(g, seed, batch, r);
         let comp = &self.components[c];
         let comp_seed = comp.seed_for(seed);
         let mut sample = match &comp.inner {
             Inner::Mixture(m) => {
                 let inner = r.nested[c].get_or_insert_with(|| Reading::new(m));
-                m.sample_at(k, comp_seed, index, inner)?
+                m.sample_at(k, comp_seed, 1, index, inner)?
             }
             Inner::Source(src) => {
                 let len = src.manifest().total_samples();
@@ -1085,8 +1344,9 @@ impl Mixture {
         let mut own: Vec<(Vec<u64>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); k];
         // The plan each component used last in this batch (one lock per epoch, not per row).
         let mut plans: Vec<Option<(u64, Arc<Plan>)>> = vec![None; k];
+        let mut reading = Reading::new(self);
         for (row, &id) in ids.iter().enumerate() {
-            let (c, draw) = self.locate(self.position(ctx, id), seed);
+            let (c, draw) = self.draw(self.position(ctx, id), seed, ctx.batch, &mut reading);
             let comp = &self.components[c];
             let Inner::Source(src) = &comp.inner else {
                 return Ok(None);
@@ -1281,7 +1541,7 @@ impl Source for Mixture {
     fn read(&self, id: u64) -> Result<Sample, Error> {
         let ctx = *self.ctx.read().unwrap_or_else(|e| e.into_inner());
         let mut r = Reading::new(self);
-        let s = self.sample_at(self.position(&ctx, id), ctx.seed, id, &mut r);
+        let s = self.sample_at(self.position(&ctx, id), ctx.seed, ctx.batch, id, &mut r);
         self.flush(r);
         s
     }
@@ -1292,7 +1552,7 @@ impl Source for Mixture {
         let mut r = Reading::new(self);
         let out = ids
             .iter()
-            .map(|&id| self.sample_at(self.position(&ctx, id), ctx.seed, id, &mut r))
+            .map(|&id| self.sample_at(self.position(&ctx, id), ctx.seed, ctx.batch, id, &mut r))
             .collect();
         self.flush(r);
         out
@@ -1424,6 +1684,58 @@ mod tests {
     }
 
     #[test]
+    fn batches_hold_each_share_rounded_and_runs_of_them_stay_within_one() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..40 {
+            let k = 2 + (next() % 5) as usize;
+            let raw: Vec<f64> = (0..k).map(|_| (next() % 1000 + 1) as f64).collect();
+            let b = [2, 3, 8, 16, 17, 64, 100, 256][round % 8];
+            let m = Mixture::builder(
+                (0..k)
+                    .map(|c| comp(&format!("c{c}"), c as u64, 50))
+                    .collect(),
+            )
+            .weights(raw.clone())
+            .samples_per_epoch(b * 300 + 5)
+            .build()
+            .unwrap();
+            let q = quotas(&m.points[0].1);
+            let mut cum = vec![0u64; k];
+            let mut r = Reading::new(&m);
+            for j in 0..300u64 {
+                let mut a = vec![0u64; k];
+                for t in 0..b {
+                    let (c, n) = m.draw(j * b + t, 0, b, &mut r);
+                    assert_eq!(n, cum[c] + a[c], "{raw:?} b={b} batch {j} offset {t}");
+                    a[c] += 1;
+                }
+                for c in 0..k {
+                    let share = q[c] as f64 * b as f64 / QUANTUM as f64;
+                    assert!(
+                        a[c] as f64 >= share.floor() && a[c] as f64 <= share.ceil(),
+                        "{raw:?} b={b} batch {j}: c{c} has {} of share {share}",
+                        a[c]
+                    );
+                    cum[c] += a[c];
+                    let target = share * (j + 1) as f64;
+                    assert!(
+                        (cum[c] as f64 - target).abs() < 1.0,
+                        "{raw:?} b={b} after {} batches: c{c} {} vs {target}",
+                        j + 1,
+                        cum[c]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn components_cycle_through_their_own_epochs_reshuffled() {
         let m = Mixture::builder(vec![comp("a", 0, 10), comp("b", 1, 7)])
             .weights(vec![0.5, 0.5])
@@ -1435,7 +1747,7 @@ mod tests {
         let mut b_epochs: Vec<Vec<u64>> = vec![Vec::new(); 4];
         let mut a_seen = Vec::new();
         for g in 0..56 {
-            let s = m.sample_at(g, 9, g, &mut Reading::new(&m)).unwrap();
+            let s = m.sample_at(g, 9, 1, g, &mut Reading::new(&m)).unwrap();
             let v = value(&s);
             if v >= 1_000_000 {
                 let (_, k) = m.locate(g, 9);

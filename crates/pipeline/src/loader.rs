@@ -354,6 +354,14 @@ impl Loader {
         }
     }
 
+    /// For a mixture, a fingerprint of each part of its definition, and the batch size (its
+    /// batches are stratified for it): what its states carry and are checked against.
+    fn mixture_parts(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        let mut parts = chute_core::mixture::part_fingerprints(self.source.manifest())?;
+        parts.insert("batch_size".into(), self.plan_cfg.batch_size.to_string());
+        Some(parts)
+    }
+
     /// The loader's position as of the last batch delivered. After the last batch of an epoch
     /// it is the start of the next epoch.
     pub fn state(&self) -> State {
@@ -371,8 +379,7 @@ impl Loader {
             delivered,
             world_size: self.plan_cfg.world_size,
             shuffle: self.plan_cfg.shuffle,
-            parts: chute_core::mixture::part_fingerprints(self.source.manifest())
-                .unwrap_or_default(),
+            parts: self.mixture_parts().unwrap_or_default(),
         }
     }
 
@@ -390,24 +397,25 @@ impl Loader {
                 supported: STATE_VERSION,
             });
         }
+        if let Some(parts) = self.mixture_parts()
+            && !state.parts.is_empty()
+            && state.parts != parts
+        {
+            let mut differs: Vec<String> = parts
+                .iter()
+                .filter(|(k, v)| state.parts.get(*k) != Some(*v))
+                .map(|(k, _)| k.clone())
+                .collect();
+            differs.extend(
+                state
+                    .parts
+                    .keys()
+                    .filter(|k| !parts.contains_key(*k))
+                    .cloned(),
+            );
+            return Err(StateError::Mixture { differs });
+        }
         if state.dataset != self.fingerprint {
-            if let Some(parts) = chute_core::mixture::part_fingerprints(self.source.manifest())
-                && !state.parts.is_empty()
-            {
-                let mut differs: Vec<String> = parts
-                    .iter()
-                    .filter(|(k, v)| state.parts.get(*k) != Some(*v))
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                differs.extend(
-                    state
-                        .parts
-                        .keys()
-                        .filter(|k| !parts.contains_key(*k))
-                        .cloned(),
-                );
-                return Err(StateError::Mixture { differs });
-            }
             return Err(StateError::Dataset {
                 found: state.dataset.clone(),
                 expected: self.fingerprint.clone(),

@@ -72,7 +72,7 @@ fn every_batch_holds_each_share_across_a_schedule_change() {
             let n = sources.iter().filter(|&&s| s == c as i64).count() as f64;
             let share = w * 16.0;
             assert!(
-                n >= share.floor() - 1.0 && n <= share.ceil() + 1.0,
+                n >= share.floor() && n <= share.ceil(),
                 "batch at {position}: component {c} has {n} of 16, share {share}"
             );
         }
@@ -227,6 +227,13 @@ fn states_of_another_mixture_and_shuffled_loaders_are_refused() {
         "{e}"
     );
     assert!(e.to_string().contains("weights differs"), "{e}");
+
+    let mut c = Loader::builder(three([0.5, 0.3, 0.2], MixMode::Stratified))
+        .batch_size(4)
+        .build()
+        .unwrap();
+    let e = c.restore(&state).unwrap_err();
+    assert!(e.to_string().contains("batch_size differs"), "{e}");
 
     let e = Loader::builder(three([0.5, 0.3, 0.2], MixMode::Stratified))
         .shuffle(Shuffle::Global)
