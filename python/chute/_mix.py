@@ -38,9 +38,11 @@ def mix(
       until the next, or with ``ramp=True`` the weights move linearly between points (in up to
       64 steps). The schedule is part of the mixture, so a resumed run is on the same one.
       Default: equal weights.
-    - ``mode``: ``"stratified"`` (default): every batch holds each component's share, rounded
-      with carry (each prefix within one sample of weight x samples); ``"random"``: components
-      drawn i.i.d. by weight from the seeded RNG, as tf.data's ``sample_from_datasets``.
+    - ``mode``: ``"stratified"`` (default): every batch holds each component's share rounded
+      down or up, with carry (over any run of batches from a schedule point, each count is
+      within one sample of weight x samples); ``"random"``: components drawn i.i.d. by weight
+      from the seeded RNG, as tf.data's ``sample_from_datasets``. Stratified batches are made
+      for the loader's batch size: a ``state_dict`` resumes with the same one.
     - ``policy``: where the mixture's epoch ends: ``"stop_on_all"`` (default: when the last
       component finishes its first epoch), ``"stop_on_first"`` (the first), or ``"cycle"``
       with ``samples_per_epoch`` (giving ``samples_per_epoch`` alone means cycle).

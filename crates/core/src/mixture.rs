@@ -7,12 +7,15 @@
 //! through their epochs independently, reshuffled each time, and every figure is a pure
 //! function of `G`: the state of a mixed run stays a position.
 //!
-//! - **`stratified`** (the default): the weights in effect are quantized to
-//!   [`QUANTUM`] parts, and the components are interleaved by earliest deadline over a period
-//!   of that many positions. Every prefix of a segment of constant weights then holds each
-//!   component's share within one sample (`|count - weight x positions| < 1`), so each batch
-//!   holds its share rounded up or down. (Within one for *every* window, not only prefixes,
-//!   is impossible in general for three or more components: Fraenkel's balanced words.)
+//! - **`stratified`** (the default): the weights in effect are quantized to [`QUANTUM`]
+//!   parts. With the loader's batches of `B` (`B > 1`), each batch of an epoch holds each
+//!   component's share `w B` rounded down or up, and the components that get one more are
+//!   chosen by earliest deadline first over a period of [`QUANTUM`] batches, so every run of
+//!   batches from the start of a schedule segment keeps each count within one of its share
+//!   ("rounded with carry"); inside a batch its samples are interleaved the same way. With
+//!   `B = 1` (and inside nested mixtures) the same holds position by position. (Within one
+//!   over *every* window, not only runs from a segment's start, is impossible in general for
+//!   three or more components: Fraenkel's balanced words.)
 //! - **`random`**: each position draws its component i.i.d. by weight from the seeded RNG
 //!   (tf.data's `sample_from_datasets`); counts are memoized every [`RANDOM_CHUNK`] positions.
 //!
