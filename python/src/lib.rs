@@ -19,6 +19,11 @@
 
 use pyo3::prelude::*;
 
+/// Freed large blocks (decoded columns, images) are kept for reuse: see `CachingAlloc`.
+/// Rust allocations only: Python's and numpy's are not affected.
+#[global_allocator]
+static ALLOC: chute::core::alloc::CachingAlloc = chute::core::alloc::CachingAlloc;
+
 mod dataset;
 mod dlpack;
 mod errors;

@@ -10,6 +10,10 @@ mod tokens;
 
 use clap::{Parser, Subcommand};
 
+/// Freed large blocks (decoded columns, images) are kept for reuse: see `CachingAlloc`.
+#[global_allocator]
+static ALLOC: chute::core::alloc::CachingAlloc = chute::core::alloc::CachingAlloc;
+
 /// chute keeps accelerators fed: deterministic, resumable, parallel batches from sharded data.
 #[derive(Debug, Parser)]
 #[command(name = "chute", version, about, propagate_version = true)]

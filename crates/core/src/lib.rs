@@ -13,6 +13,8 @@
 //!   [`VecSource`] (samples in memory) make one from your own code.
 //! - [`Transform`] and [`Compose`], [`Cast`], [`Select`], [`Rename`], [`Slot`]: per-sample
 //!   transforms as the engine runs them (closures implement the trait).
+//! - [`alloc::CachingAlloc`]: the global allocator of the binary and the Python extension,
+//!   keeping freed large blocks (decoded columns, images) for reuse.
 //! - [`npy`]: numpy's `.npy` header parser and writer, shared by the formats and the ops.
 //!
 //! ```
@@ -31,6 +33,7 @@
 //! # Ok::<(), chute_core::ConfigError>(())
 //! ```
 
+pub mod alloc;
 mod batch;
 mod buffer;
 mod dtype;

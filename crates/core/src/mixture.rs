@@ -276,44 +276,89 @@ struct Pattern {
     checks: Vec<u32>,
 }
 
-impl Pattern {
-    /// Earliest deadline first over one period of `n = sum(quotas)` offsets, among the
-    /// components whose next draw is released. Draw `j` of a component of quota `q` (share
-    /// `q / n`) must come at an offset `t` with `floor((j - 1) n / q) <= t <= ceil(j n / q) - 1`: exactly the offsets
-    /// at which every prefix keeps its count within one of its share, both ways. For unit
-    /// jobs with release times and deadlines, EDF meets every deadline when any order does,
-    /// and the shares' fluid schedule is one; ties go to the lowest index.
-    fn new(quotas: Vec<u64>) -> Pattern {
-        let k = quotas.len();
-        let n: u64 = quotas.iter().sum();
-        let mut counts = vec![0u64; k];
-        let mut seq = Vec::with_capacity(n as usize);
-        let mut checks = Vec::with_capacity((n as usize).div_ceil(CHECK) * k);
-        for t in 0..n {
-            if (t as usize).is_multiple_of(CHECK) {
-                checks.extend(counts.iter().map(|&c| c as u32));
+/// Steps of the tightest margin [`edf`] tries first: `DELTAS[i] / DELTA_DEN`.
+const DELTAS: [u64; 11] = [10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
+const DELTA_DEN: u64 = 20;
+
+/// Earliest deadline first over `steps` steps of `picks` distinct picks each, component `c`
+/// getting `rates[c]` picks per `steps` (the rates sum to `picks * steps`), with every prefix
+/// of `n` steps holding `rates[c] n / steps` picks of `c` within `1 - delta` both ways: pick
+/// `j` of `c` is released at step `floor((j - 1 + delta) steps / rate)` and due by
+/// `ceil((j - delta) steps / rate) - 1`. For unit jobs with release times and deadlines EDF
+/// meets every deadline when any schedule does; `None` when it misses one (or runs out of
+/// released picks) at this `delta`. `delta = 0` always succeeds (the fluid schedule is one),
+/// so [`edf_tightest`] tries the largest margin first: the smaller the error of prefixes,
+/// the smaller that of every window (at most twice it).
+fn edf(rates: &[u64], steps: u64, picks: usize, delta: u64) -> Option<Vec<u16>> {
+    let k = rates.len();
+    let d = DELTA_DEN;
+    let mut counts = vec![0u64; k];
+    let mut out = Vec::with_capacity(steps as usize * picks);
+    let mut due: Vec<(u64, usize)> = Vec::with_capacity(k);
+    for t in 0..steps {
+        due.clear();
+        for c in 0..k {
+            let rate = rates[c];
+            if rate == 0 || counts[c] >= rate {
+                continue;
             }
-            let mut best = (u64::MAX, usize::MAX);
-            for c in 0..k {
-                let q = quotas[c];
-                // Released: floor(counts * n / q) <= t.
-                if q == 0 || counts[c] * n >= (t + 1) * q {
-                    continue;
-                }
-                let deadline = ((counts[c] + 1) * n).div_ceil(q);
-                if deadline < best.0 {
-                    best = (deadline, c);
-                }
+            let j = counts[c] + 1;
+            let deadline = ((j * d - delta) * steps).div_ceil(d * rate) - 1;
+            if deadline < t {
+                return None;
             }
-            let c = if best.1 == usize::MAX {
-                // Unreachable: the quotas sum to the period; any component with room.
-                (0..k).find(|&c| counts[c] < quotas[c]).unwrap_or(0)
-            } else {
-                best.1
-            };
-            seq.push(c as u16);
+            let release = (((j - 1) * d + delta) * steps) / (d * rate);
+            if release <= t {
+                due.push((deadline, c));
+            }
+        }
+        if due.len() < picks {
+            return None;
+        }
+        due.sort_unstable();
+        for &(_, c) in due.iter().take(picks) {
+            out.push(c as u16);
             counts[c] += 1;
         }
+    }
+    Some(out)
+}
+
+/// [`edf`] at the largest margin that succeeds.
+fn edf_tightest(rates: &[u64], steps: u64, picks: usize) -> Vec<u16> {
+    DELTAS
+        .iter()
+        .find_map(|&delta| edf(rates, steps, picks, delta))
+        .expect("EDF meets every deadline with no margin")
+}
+
+/// Each component's count before every `CHECK`-th step of `seq` (`picks` entries a step).
+fn checkpoints(seq: &[u16], k: usize, picks: usize) -> Vec<u32> {
+    let steps = seq.len() / picks.max(1);
+    let mut counts = vec![0u32; k];
+    let mut checks = Vec::with_capacity(steps.div_ceil(CHECK) * k);
+    for t in 0..steps {
+        if t.is_multiple_of(CHECK) {
+            checks.extend_from_slice(&counts);
+        }
+        for &c in &seq[t * picks..(t + 1) * picks] {
+            counts[usize::from(c)] += 1;
+        }
+    }
+    checks
+}
+
+impl Pattern {
+    /// One period of `n = sum(quotas)` offsets laid out by [`edf_tightest`] (one pick per
+    /// offset): every prefix keeps each count within one of its share `q / n`, both ways.
+    fn new(quotas: Vec<u64>) -> Pattern {
+        let n: u64 = quotas.iter().sum();
+        let seq = if n == 0 {
+            Vec::new()
+        } else {
+            edf_tightest(&quotas, n, 1)
+        };
+        let checks = checkpoints(&seq, quotas.len(), 1);
         Pattern {
             quotas,
             seq,
@@ -324,16 +369,13 @@ impl Pattern {
     /// A layout given position by position (`random` mode's chunks), over `k` components;
     /// `quotas` are then its draws per component.
     fn from_seq(seq: Vec<u16>, k: usize) -> Pattern {
-        let mut counts = vec![0u64; k];
-        let mut checks = Vec::with_capacity(seq.len().div_ceil(CHECK) * k);
-        for (t, &c) in seq.iter().enumerate() {
-            if t.is_multiple_of(CHECK) {
-                checks.extend(counts.iter().map(|&n| n as u32));
-            }
-            counts[usize::from(c)] += 1;
+        let mut quotas = vec![0u64; k];
+        for &c in &seq {
+            quotas[usize::from(c)] += 1;
         }
+        let checks = checkpoints(&seq, k, 1);
         Pattern {
-            quotas: counts,
+            quotas,
             seq,
             checks,
         }
@@ -372,32 +414,16 @@ impl Bonus {
         let floors: Vec<u64> = quotas.iter().map(|q| q * batch / QUANTUM).collect();
         let phi: Vec<u64> = quotas.iter().map(|q| q * batch % QUANTUM).collect();
         let r = (phi.iter().sum::<u64>() / QUANTUM) as usize;
-        let mut counts = vec![0u64; k];
-        let mut picks = Vec::with_capacity(QUANTUM as usize * r);
-        let mut checks = Vec::with_capacity((QUANTUM as usize / CHECK) * k);
-        let mut due: Vec<(bool, u64, usize)> = Vec::with_capacity(k);
-        for j in 0..QUANTUM {
-            if (j as usize).is_multiple_of(CHECK) {
-                checks.extend(counts.iter().map(|&c| c as u32));
-            }
-            if r == 0 {
-                continue;
-            }
-            // Released ones first (by deadline, then index), then the others.
-            due.clear();
-            for c in 0..k {
-                if phi[c] == 0 {
-                    continue;
-                }
-                let released = counts[c] * QUANTUM < (j + 1) * phi[c];
-                due.push((!released, ((counts[c] + 1) * QUANTUM).div_ceil(phi[c]), c));
-            }
-            due.sort_unstable();
-            for &(_, _, c) in due.iter().take(r) {
-                picks.push(c as u16);
-                counts[c] += 1;
-            }
-        }
+        let picks = if r == 0 {
+            Vec::new()
+        } else {
+            edf_tightest(&phi, QUANTUM, r)
+        };
+        let checks = if r == 0 {
+            vec![0; (QUANTUM as usize / CHECK) * k]
+        } else {
+            checkpoints(&picks, k, r)
+        };
         Bonus {
             floors,
             per_period: phi,
