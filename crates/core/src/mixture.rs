@@ -276,22 +276,17 @@ struct Pattern {
     checks: Vec<u32>,
 }
 
-/// Steps of the tightest margin [`edf`] tries first: `DELTAS[i] / DELTA_DEN`.
-const DELTAS: [u64; 11] = [10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
-const DELTA_DEN: u64 = 20;
-
 /// Earliest deadline first over `steps` steps of `picks` distinct picks each, component `c`
 /// getting `rates[c]` picks per `steps` (the rates sum to `picks * steps`), with every prefix
-/// of `n` steps holding `rates[c] n / steps` picks of `c` within `1 - delta` both ways: pick
-/// `j` of `c` is released at step `floor((j - 1 + delta) steps / rate)` and due by
-/// `ceil((j - delta) steps / rate) - 1`. For unit jobs with release times and deadlines EDF
-/// meets every deadline when any schedule does; `None` when it misses one (or runs out of
-/// released picks) at this `delta`. `delta = 0` always succeeds (the fluid schedule is one),
-/// so [`edf_tightest`] tries the largest margin first: the smaller the error of prefixes,
-/// the smaller that of every window (at most twice it).
-fn edf(rates: &[u64], steps: u64, picks: usize, delta: u64) -> Option<Vec<u16>> {
+/// of `n` steps holding `rates[c] n / steps` picks of `c` within one, both ways: pick `j` of
+/// `c` is released at step `floor((j - 1) steps / rate)` and due by `ceil(j steps / rate) - 1`,
+/// and each step takes the released picks due first (the lowest index on ties). For unit jobs
+/// with release times and deadlines EDF meets every deadline when any schedule does, and the
+/// shares' fluid schedule is one. (Tightening the margin, so that prefixes stay within less
+/// than one, made windows no better on the weights tried: they are bounded by twice it, and
+/// within one for every window is impossible in general for three or more components.)
+fn edf(rates: &[u64], steps: u64, picks: usize) -> Vec<u16> {
     let k = rates.len();
-    let d = DELTA_DEN;
     let mut counts = vec![0u64; k];
     let mut out = Vec::with_capacity(steps as usize * picks);
     let mut due: Vec<(u64, usize)> = Vec::with_capacity(k);
@@ -302,34 +297,24 @@ fn edf(rates: &[u64], steps: u64, picks: usize, delta: u64) -> Option<Vec<u16>> 
             if rate == 0 || counts[c] >= rate {
                 continue;
             }
-            let j = counts[c] + 1;
-            let deadline = ((j * d - delta) * steps).div_ceil(d * rate) - 1;
-            if deadline < t {
-                return None;
+            // Released: floor(counts * steps / rate) <= t.
+            if counts[c] * steps < (t + 1) * rate {
+                due.push((((counts[c] + 1) * steps).div_ceil(rate), c));
             }
-            let release = (((j - 1) * d + delta) * steps) / (d * rate);
-            if release <= t {
-                due.push((deadline, c));
-            }
-        }
-        if due.len() < picks {
-            return None;
         }
         due.sort_unstable();
         for &(_, c) in due.iter().take(picks) {
             out.push(c as u16);
             counts[c] += 1;
         }
+        // Unreachable when the rates sum to `picks * steps`: fill with any with room.
+        for _ in due.len()..picks {
+            let c = (0..k).find(|&c| counts[c] < rates[c]).unwrap_or(0);
+            out.push(c as u16);
+            counts[c] += 1;
+        }
     }
-    Some(out)
-}
-
-/// [`edf`] at the largest margin that succeeds.
-fn edf_tightest(rates: &[u64], steps: u64, picks: usize) -> Vec<u16> {
-    DELTAS
-        .iter()
-        .find_map(|&delta| edf(rates, steps, picks, delta))
-        .expect("EDF meets every deadline with no margin")
+    out
 }
 
 /// Each component's count before every `CHECK`-th step of `seq` (`picks` entries a step).
@@ -349,14 +334,13 @@ fn checkpoints(seq: &[u16], k: usize, picks: usize) -> Vec<u32> {
 }
 
 impl Pattern {
-    /// One period of `n = sum(quotas)` offsets laid out by [`edf_tightest`] (one pick per
-    /// offset): every prefix keeps each count within one of its share `q / n`, both ways.
+    /// One period of `n = sum(quotas)` offsets laid out by [`edf`] (one pick per offset): every prefix keeps each count within one of its share `q / n`, both ways.
     fn new(quotas: Vec<u64>) -> Pattern {
         let n: u64 = quotas.iter().sum();
         let seq = if n == 0 {
             Vec::new()
         } else {
-            edf_tightest(&quotas, n, 1)
+            edf(&quotas, n, 1)
         };
         let checks = checkpoints(&seq, quotas.len(), 1);
         Pattern {
@@ -417,7 +401,7 @@ impl Bonus {
         let picks = if r == 0 {
             Vec::new()
         } else {
-            edf_tightest(&phi, QUANTUM, r)
+            edf(&phi, QUANTUM, r)
         };
         let checks = if r == 0 {
             vec![0; (QUANTUM as usize / CHECK) * k]
