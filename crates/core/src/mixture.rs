@@ -56,6 +56,19 @@ pub const RANDOM_CHUNK: u64 = 4096;
 /// Positions between the counts kept for a period's pattern.
 const CHECK: usize = 64;
 
+/// Most components of one mixture (nest mixtures for more).
+pub const MAX_COMPONENTS: usize = 1024;
+/// Most schedule points.
+pub const MAX_SEGMENTS: usize = 4096;
+/// Most (constant-weight segment, component) pairs: each segment lays out a period of
+/// [`QUANTUM`] positions over its components when built.
+pub const MAX_SEGMENT_WORK: usize = 1 << 13;
+/// Most epochs before the schedule's last point (counts before an epoch are summed epoch by
+/// epoch up to there).
+pub const MAX_SCHEDULE_EPOCHS: u64 = 10_000_000;
+/// Most positions `random` mode counts draws up to (it counts them chunk by chunk).
+pub const MAX_RANDOM_POSITION: u64 = RANDOM_CHUNK << 24;
+
 /// Most steps a linear ramp is resolved into.
 const RAMP_STEPS: u64 = 64;
 
@@ -693,12 +706,6 @@ impl MixtureBuilder {
                 "a mixture needs at least one",
             ));
         }
-        if k > usize::from(u16::MAX) {
-            return Err(ConfigError::new(
-                "components",
-                format!("{k} components; at most {}", u16::MAX),
-            ));
-        }
         for (i, c) in self.components.iter().enumerate() {
             if c.name.is_empty() {
                 return Err(ConfigError::new(
@@ -719,9 +726,31 @@ impl MixtureBuilder {
                 ));
             }
         }
+        if k > MAX_COMPONENTS {
+            return Err(ConfigError::new(
+                "components",
+                format!("{k} components; at most {MAX_COMPONENTS} (nest mixtures for more)"),
+            ));
+        }
         let names: Vec<&str> = self.components.iter().map(|c| c.name.as_str()).collect();
         let points = normalize(self.points, &names)?;
+        if points.len() > MAX_SEGMENTS {
+            return Err(ConfigError::new(
+                "weights",
+                format!("{} schedule points; at most {MAX_SEGMENTS}", points.len()),
+            ));
+        }
         let segments = segments(&points, self.ramp);
+        if segments.len() * k > MAX_SEGMENT_WORK {
+            return Err(ConfigError::new(
+                "weights",
+                format!(
+                    "{} constant-weight segments (ramps count 64 each) of {k} components is more \
+                     than {MAX_SEGMENT_WORK} segment-components; use fewer points or ramps",
+                    segments.len()
+                ),
+            ));
+        }
         let policy = match (self.policy, self.samples_per_epoch) {
             (None, Some(_)) | (Some(Policy::Cycle), Some(_)) => Policy::Cycle,
             (None, None) => Policy::StopOnAll,
@@ -764,6 +793,16 @@ impl MixtureBuilder {
             return Err(ConfigError::new(
                 "samples_per_epoch",
                 "the mixture's epoch would be empty; pass at least 1",
+            ));
+        }
+        let last = segments.last().expect("segments").start;
+        if last / epoch_len > MAX_SCHEDULE_EPOCHS {
+            return Err(ConfigError::new(
+                "weights",
+                format!(
+                    "the schedule's last point, at sample {last}, is more than \
+                     {MAX_SCHEDULE_EPOCHS} epochs of {epoch_len} samples away"
+                ),
             ));
         }
         let definition = serde_json::json!({
@@ -1167,8 +1206,12 @@ impl Mixture {
         (before, rounded(quotas, self.epoch_len - nb * b))
     }
 
-    /// Each component's draws before epoch `e` (batches of `b`), memoized.
+    /// Each component's draws before epoch `e` (batches of `b`), memoized. Epochs from the
+    /// first that lies wholly in the schedule's last segment on draw the same counts, so
+    /// those are added up in closed form (the builder bounds how many epochs come before).
     fn epoch_start(&self, e: u64, b: u64) -> Vec<u64> {
+        let last = self.segments.last().expect("segments").start;
+        let settled = last.div_ceil(self.epoch_len);
         let mut memo = self.epoch_starts.lock().unwrap_or_else(|e| e.into_inner());
         let (memo_b, starts) = &mut *memo;
         if *memo_b != b || starts.is_empty() {
@@ -1176,7 +1219,8 @@ impl Mixture {
             *starts = vec![vec![0; self.components.len()]];
         }
         let nb = self.epoch_len / b;
-        while starts.len() as u64 <= e {
+        let upto = e.min(settled + 1);
+        while starts.len() as u64 <= upto {
             let i = starts.len() as u64 - 1;
             let (mut n, last) = self.grid_batch_in_epoch(i, nb, b);
             if self.epoch_len > nb * b {
@@ -1191,7 +1235,15 @@ impl Mixture {
                 .collect();
             starts.push(next);
         }
-        starts[e as usize].clone()
+        if e <= upto {
+            return starts[e as usize].clone();
+        }
+        // Every epoch from `settled` on adds what epoch `settled` added.
+        let (a, z) = (&starts[settled as usize], &starts[settled as usize + 1]);
+        a.iter()
+            .zip(z)
+            .map(|(x, y)| x.saturating_add((y - x).saturating_mul(e - settled)))
+            .collect()
     }
 
     /// Each component's draws before batch `m` of epoch `e` (of `b` samples), and the
@@ -1248,6 +1300,22 @@ impl Mixture {
         (c, stratified_count(seg, c, g))
     }
 
+    /// `random` mode counts draws chunk by chunk from position 0: refuse a position (an
+    /// epoch from a hostile state) that would take hours.
+    fn check_position(&self, g: u64) -> Result<(), Error> {
+        if self.mode == MixMode::Random && g > MAX_RANDOM_POSITION {
+            return Err(ConfigError::new(
+                "epoch",
+                format!(
+                    "position {g} of a random-mode mixture is past the {MAX_RANDOM_POSITION} it \
+                     counts draws up to; use mode stratified for runs that long"
+                ),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     /// The seed the mixture runs under, given the loader's.
     fn run_seed(&self, loader_seed: u64) -> u64 {
         self.seed.unwrap_or(loader_seed)
@@ -1283,6 +1351,7 @@ impl Mixture {
         r: &mut Reading,
     ) -> Result<Sample, Error> {
         let seed = self.run_seed(seed);
+        self.check_position(g)?;
         let (c, k) = self.draw(g, seed, batch, r);
         let comp = &self.components[c];
         let comp_seed = comp.seed_for(seed);
@@ -1359,7 +1428,9 @@ impl Mixture {
         let mut plans: Vec<Option<(u64, Arc<Plan>)>> = vec![None; k];
         let mut reading = Reading::new(self);
         for (row, &id) in ids.iter().enumerate() {
-            let (c, draw) = self.draw(self.position(ctx, id), seed, ctx.batch, &mut reading);
+            let g = self.position(ctx, id);
+            self.check_position(g)?;
+            let (c, draw) = self.draw(g, seed, ctx.batch, &mut reading);
             let comp = &self.components[c];
             let Inner::Source(src) = &comp.inner else {
                 return Ok(None);
@@ -1746,6 +1817,62 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn draw_numbers_run_on_across_epochs_and_past_the_schedule() {
+        let m = Mixture::builder(vec![comp("a", 0, 9), comp("b", 1, 9), comp("c", 2, 9)])
+            .schedule(
+                vec![(0, vec![0.5, 0.3, 0.2]), (100, vec![0.1, 0.1, 0.8])],
+                false,
+            )
+            .samples_per_epoch(70)
+            .build()
+            .unwrap();
+        for b in [1, 8, 16, 70, 100] {
+            let mut counts = [0u64; 3];
+            let mut r = Reading::new(&m);
+            for g in 0..70 * 12 {
+                let (c, n) = m.draw(g, 0, b, &mut r);
+                assert_eq!(n, counts[c], "b={b} position {g}");
+                counts[c] += 1;
+            }
+        }
+        let far = m.epoch_start(1_000_000_000_000, 8);
+        assert_eq!(far.iter().sum::<u64>(), 70 * 1_000_000_000_000);
+    }
+
+    #[test]
+    fn hostile_sizes_are_refused_not_computed() {
+        let many: Vec<(u64, Vec<f64>)> = (0..5000).map(|i| (i, vec![1.0, 1.0])).collect();
+        let e = Mixture::builder(vec![comp("a", 0, 5), comp("b", 1, 5)])
+            .schedule(many, false)
+            .samples_per_epoch(10)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("schedule points"), "{e}");
+        let e = Mixture::builder(vec![comp("a", 0, 5), comp("b", 1, 5)])
+            .schedule(
+                vec![(0, vec![1.0, 1.0]), (u64::MAX / 2, vec![1.0, 2.0])],
+                false,
+            )
+            .samples_per_epoch(10)
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("epochs of 10 samples away"), "{e}");
+        let m = Mixture::builder(vec![comp("a", 0, 5), comp("b", 1, 5)])
+            .weights(vec![1.0, 1.0])
+            .mode(MixMode::Random)
+            .samples_per_epoch(10)
+            .build()
+            .unwrap();
+        let cfg = PlanConfig {
+            epoch: u64::MAX / 20,
+            ..PlanConfig::default()
+        };
+        m.set_plan(&Plan::new(m.manifest(), &cfg).unwrap());
+        let e = m.read(3).unwrap_err();
+        assert!(e.to_string().contains("random-mode mixture"), "{e}");
     }
 
     #[test]

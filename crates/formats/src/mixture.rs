@@ -28,7 +28,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use chute_core::{Component, ConfigError, DType, Error, MixMode, Mixture, Policy, Shuffle};
+use chute_core::{Component, ConfigError, DType, Error, MixMode, Mixture, Policy, Shuffle, Source};
 use serde_json::{Map, Value};
 
 use crate::{IndexMode, OpenOptions};
@@ -36,7 +36,7 @@ use crate::{IndexMode, OpenOptions};
 /// Whether `path` is a mixture file: a `.json` file holding an object with `components`.
 pub fn is_mixture_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "json")
-        && path.is_file()
+        && std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_FILE)
         && std::fs::read(path)
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
@@ -45,14 +45,41 @@ pub fn is_mixture_file(path: &Path) -> bool {
 
 /// Opens the mixture file at `path` (see the module documentation).
 pub fn open_mixture_file(path: &Path) -> Result<Mixture, Error> {
-    open_mixture_file_at(path, 0)
+    open_mixture_file_at(path, 0, &|paths, options| crate::open(paths, options))
 }
+
+/// How a mixture file's components are opened: their paths and options to a source.
+pub type Opener<'a> = &'a dyn Fn(&[PathBuf], &OpenOptions) -> Result<Arc<dyn Source>, Error>;
+
+/// A mixture from the JSON text of a mixture file, its components opened by `open`; `origin`
+/// names it in errors and `base` is the folder its relative paths start from. (What
+/// [`open_mixture_file`] does after reading the file; the fuzz target's way in.)
+pub fn mixture_from_json(
+    text: &[u8],
+    origin: &str,
+    base: &Path,
+    open: Opener<'_>,
+) -> Result<Mixture, Error> {
+    let value: Value = serde_json::from_slice(text)
+        .map_err(|e| Error::corrupt(origin, e.column() as u64, format!("not JSON: {e}")))?;
+    mixture(&value, base, origin, 0, open)
+}
+
+/// Largest mixture file read (a mixture file is a few lines; this keeps a path to a device
+/// or a huge file from being read whole).
+const MAX_FILE: u64 = 16 << 20;
 
 fn bad(origin: &str, what: impl Into<String>) -> Error {
     ConfigError::new(format!("mixture file {origin}"), what).into()
 }
 
-fn mixture(v: &Value, base: &Path, origin: &str, depth: usize) -> Result<Mixture, Error> {
+fn mixture(
+    v: &Value,
+    base: &Path,
+    origin: &str,
+    depth: usize,
+    open: Opener<'_>,
+) -> Result<Mixture, Error> {
     if depth > 16 {
         return Err(bad(
             origin,
@@ -111,7 +138,7 @@ fn mixture(v: &Value, base: &Path, origin: &str, depth: usize) -> Result<Mixture
     let names: Vec<&str> = list.iter().map(|(n, _)| n.as_str()).collect();
     let mut components = Vec::with_capacity(list.len());
     for (name, c) in &list {
-        components.push(component(name, c, base, origin, depth)?);
+        components.push(component(name, c, base, origin, depth, open)?);
     }
     let schedule = schedule(obj.get("weights"), &names, origin)?;
     let mut b = Mixture::builder(components)
@@ -140,6 +167,7 @@ fn component(
     base: &Path,
     origin: &str,
     depth: usize,
+    open: Opener<'_>,
 ) -> Result<Component, Error> {
     let here = format!("{origin}, component {name:?}");
     let known = [
@@ -168,12 +196,13 @@ fn component(
     let mut comp = match c.get("mixture") {
         Some(Value::String(file)) => {
             let path = relative(base, file);
-            let inner = open_mixture_file_at(&path, depth + 1)?;
+            let inner = open_mixture_file_at(&path, depth + 1, open)?;
             Component::mixture(name, Arc::new(inner))
         }
-        Some(inline @ Value::Object(_)) => {
-            Component::mixture(name, Arc::new(mixture(inline, base, &here, depth + 1)?))
-        }
+        Some(inline @ Value::Object(_)) => Component::mixture(
+            name,
+            Arc::new(mixture(inline, base, &here, depth + 1, open)?),
+        ),
         Some(_) => return Err(bad(&here, "\"mixture\" is a file name or a mixture object")),
         None => {
             let paths: Vec<PathBuf> = match (c.get("paths"), c.get("path")) {
@@ -194,7 +223,7 @@ fn component(
                 }
             };
             let options = open_options(c, &here)?;
-            Component::new(name, crate::open(&paths, &options)?)
+            Component::new(name, open(&paths, &options)?)
         }
     };
     if let Some(s) = string(c, "shuffle", &here)? {
@@ -206,13 +235,20 @@ fn component(
     Ok(comp)
 }
 
-fn open_mixture_file_at(path: &Path, depth: usize) -> Result<Mixture, Error> {
+fn open_mixture_file_at(path: &Path, depth: usize, open: Opener<'_>) -> Result<Mixture, Error> {
     let origin = path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(&origin, e))?;
+    if !meta.is_file() || meta.len() > MAX_FILE {
+        return Err(bad(
+            &origin,
+            format!("a mixture file is a regular file of at most {MAX_FILE} bytes"),
+        ));
+    }
     let text = std::fs::read(path).map_err(|e| Error::io(&origin, e))?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let value: Value = serde_json::from_slice(&text)
         .map_err(|e| Error::corrupt(&origin, e.column() as u64, format!("not JSON: {e}")))?;
-    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    mixture(&value, &base, &origin, depth)
+    mixture(&value, &base, &origin, depth, open)
 }
 
 /// A path relative to the mixture file's folder (URLs and absolute paths as they are).
