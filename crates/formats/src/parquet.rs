@@ -4,7 +4,9 @@
 //! row group (`file.parquet#rowgroup3:16384+16384`), so block shuffle works on a window of
 //! chunks whose columns fit in the CPU's cache, and the plan's rank split hands each rank
 //! whole chunks where it can. A decoded row group (only the projected columns, as Arrow
-//! arrays) is kept in a small cache shared by the workers; a batch is then gathered straight
+//! arrays) is kept in a small cache shared by the workers, and leaves it as soon as all its
+//! rows have been read in the epoch (its buffers then serve the next group: see
+//! `chute_core::alloc`); a batch is then gathered straight
 //! from the Arrow arrays into the batch's column buffers ([`Source::collate`]): numeric
 //! columns become `[B]` tensors, fixed-size lists `[B, k]`, binary and string columns
 //! variable-length columns. No object per row on that path.
@@ -13,12 +15,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow_array::ArrayRef;
 use bytes::Bytes;
-use chute_core::{BufferPool, Column, ConfigError, Error, Manifest, Sample, ShardInfo, Source};
+use chute_core::{
+    BufferPool, Column, ConfigError, Error, Manifest, Plan, Sample, ShardInfo, Source,
+};
 use chute_io::AtomicFile;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -87,6 +91,10 @@ pub struct ParquetSource {
     kinds: Vec<Kind>,
     cache: Mutex<(HashMap<usize, Group>, VecDeque<usize>)>,
     cache_groups: usize,
+    /// Rows of each row group read since the plan was last set: a group all of whose rows
+    /// have been read is dropped from the cache at once (this epoch needs it no more), so
+    /// its buffers are reused for the next group instead of new pages being mapped.
+    consumed: Vec<AtomicU64>,
 }
 
 impl std::fmt::Debug for ParquetSource {
@@ -177,6 +185,7 @@ impl ParquetSource {
             .collect();
         Ok(ParquetSource {
             files,
+            consumed: (0..groups.len()).map(|_| AtomicU64::new(0)).collect(),
             groups,
             offsets,
             chunks,
@@ -234,6 +243,21 @@ impl ParquetSource {
                 let path = self.files[self.groups[g].0].path.display().to_string();
                 Error::corrupt(path, self.offsets[g], reason)
             })
+    }
+
+    /// Counts `n` more rows read from row group `g`; once all of them have been, the group
+    /// leaves the cache (buffers in use by a batch stay alive until it is built).
+    fn consume(&self, g: usize, n: u64) {
+        let rows = self.groups[g].2;
+        let before = self.consumed[g].fetch_add(n, Ordering::Relaxed);
+        if before < rows && before + n >= rows {
+            let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let (map, order) = &mut *guard;
+            map.remove(&g);
+            if let Some(pos) = order.iter().position(|&s| s == g) {
+                order.remove(pos);
+            }
+        }
     }
 
     /// Decodes column `c` of row group `g`; never panics (a corrupt page can make the
@@ -315,9 +339,19 @@ impl Source for ParquetSource {
     fn read(&self, id: u64) -> Result<Sample, Error> {
         let (g, row) = self.locate(id)?;
         let rg = self.group(g)?;
-        columnar::sample_at(id, &self.names, &self.kinds, &rg, row, |c| {
+        let sample = columnar::sample_at(id, &self.names, &self.kinds, &rg, row, |c| {
             self.null_error(g, row, c)
-        })
+        });
+        drop(rg);
+        self.consume(g, 1);
+        sample
+    }
+
+    /// A new epoch (or a resumption): no row has been read yet.
+    fn set_plan(&self, _plan: &Plan) {
+        for n in &self.consumed {
+            n.store(0, Ordering::Relaxed);
+        }
     }
 
     fn collate(
@@ -357,14 +391,25 @@ impl ParquetSource {
             rows.push((last.0, (id - last.1) as usize));
         }
         let parts: Vec<&[ArrayRef]> = groups.iter().map(|(_, rg)| rg.as_slice()).collect();
-        columnar::gather(
+        let out = columnar::gather(
             &self.names,
             &self.kinds,
             &parts,
             &rows,
             pool,
             |p, row, c| self.null_error(groups[p].0, row, c),
-        )
+        );
+        let mut per = vec![0u64; groups.len()];
+        for &(p, _) in &rows {
+            per[p] += 1;
+        }
+        let ids: Vec<usize> = groups.iter().map(|(g, _)| *g).collect();
+        drop(parts);
+        drop(groups);
+        for (g, n) in ids.into_iter().zip(per) {
+            self.consume(g, n);
+        }
+        out
     }
 }
 
@@ -623,6 +668,29 @@ mod tests {
         for &id in &ids {
             same_sample(&keyless(sample(id)), &src.read(id).unwrap()).unwrap();
         }
+    }
+
+    #[test]
+    fn a_row_group_read_whole_leaves_the_cache_and_reads_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let all: Vec<Sample> = (0..12).map(sample).collect();
+        let a = write(dir.path(), "a.parquet", &all, 4);
+        let src = ParquetSource::open(&[&a], ParquetOptions::default()).unwrap();
+        let pool = BufferPool::new(1 << 20);
+        let cached = |g: usize| src.cache.lock().unwrap().0.contains_key(&g);
+        src.gather(&[0, 1, 2], &pool).unwrap();
+        assert!(cached(0), "rows of group 0 are still to be read");
+        src.gather(&[3, 4], &pool).unwrap();
+        assert!(!cached(0), "all of group 0 read: dropped");
+        assert!(cached(1));
+        // Read again (padding, another loader): decoded anew, the same rows.
+        let again = src.gather(&[0, 3], &pool).unwrap();
+        let direct = [src.read(0).unwrap(), src.read(3).unwrap()];
+        assert_eq!(again.len(), direct[0].fields.len());
+        // A new plan starts the counts over.
+        src.set_plan(&Plan::new(src.manifest(), &Default::default()).unwrap());
+        src.gather(&[0, 1, 2], &pool).unwrap();
+        assert!(cached(0));
     }
 
     #[test]
