@@ -4,9 +4,9 @@
 //! row group (`file.parquet#rowgroup3:16384+16384`), so block shuffle works on a window of
 //! chunks whose columns fit in the CPU's cache, and the plan's rank split hands each rank
 //! whole chunks where it can. A decoded row group (only the projected columns, as Arrow
-//! arrays) is kept in a small cache shared by the workers, and leaves it as soon as all its
-//! rows have been read in the epoch (its buffers then serve the next group: see
-//! `chute_core::alloc`); a batch is then gathered straight
+//! arrays) is kept in a cache shared by the workers; when the cache cannot hold the whole
+//! dataset, a group leaves it as soon as all its rows have been read in the epoch (its
+//! buffers then serve the next group: see `chute_core::alloc`); a batch is then gathered straight
 //! from the Arrow arrays into the batch's column buffers ([`Source::collate`]): numeric
 //! columns become `[B]` tensors, fixed-size lists `[B, k]`, binary and string columns
 //! variable-length columns. No object per row on that path.
@@ -91,9 +91,10 @@ pub struct ParquetSource {
     kinds: Vec<Kind>,
     cache: Mutex<(HashMap<usize, Group>, VecDeque<usize>)>,
     cache_groups: usize,
-    /// Rows of each row group read since the plan was last set: a group all of whose rows
-    /// have been read is dropped from the cache at once (this epoch needs it no more), so
-    /// its buffers are reused for the next group instead of new pages being mapped.
+    /// Rows of each row group read since the plan was last set: when the cache cannot hold
+    /// every group, a group all of whose rows have been read is dropped from it at once (this
+    /// epoch needs it no more), so its buffers are reused for the next group instead of new
+    /// pages being mapped.
     consumed: Vec<AtomicU64>,
 }
 
@@ -246,8 +247,12 @@ impl ParquetSource {
     }
 
     /// Counts `n` more rows read from row group `g`; once all of them have been, the group
-    /// leaves the cache (buffers in use by a batch stay alive until it is built).
+    /// leaves the cache (buffers in use by a batch stay alive until it is built), unless the
+    /// cache holds every group of the dataset: then later epochs read them from it.
     fn consume(&self, g: usize, n: u64) {
+        if self.groups.len() <= self.cache_groups {
+            return;
+        }
         let rows = self.groups[g].2;
         let before = self.consumed[g].fetch_add(n, Ordering::Relaxed);
         if before < rows && before + n >= rows {
@@ -673,9 +678,14 @@ mod tests {
     #[test]
     fn a_row_group_read_whole_leaves_the_cache_and_reads_again() {
         let dir = tempfile::tempdir().unwrap();
-        let all: Vec<Sample> = (0..12).map(sample).collect();
+        // 20 groups of 4 rows, more than the cache holds (8 at least, here 8 with 1 byte).
+        let all: Vec<Sample> = (0..80).map(sample).collect();
         let a = write(dir.path(), "a.parquet", &all, 4);
-        let src = ParquetSource::open(&[&a], ParquetOptions::default()).unwrap();
+        let options = ParquetOptions {
+            cache_bytes: Some(1),
+            ..ParquetOptions::default()
+        };
+        let src = ParquetSource::open(&[&a], options).unwrap();
         let pool = BufferPool::new(1 << 20);
         let cached = |g: usize| src.cache.lock().unwrap().0.contains_key(&g);
         src.gather(&[0, 1, 2], &pool).unwrap();
@@ -691,6 +701,10 @@ mod tests {
         src.set_plan(&Plan::new(src.manifest(), &Default::default()).unwrap());
         src.gather(&[0, 1, 2], &pool).unwrap();
         assert!(cached(0));
+        // A cache that holds the whole dataset keeps it for the next epochs.
+        let all_in = ParquetSource::open(&[&a], ParquetOptions::default()).unwrap();
+        all_in.gather(&[0, 1, 2, 3], &pool).unwrap();
+        assert!(all_in.cache.lock().unwrap().0.contains_key(&0));
     }
 
     #[test]
