@@ -100,6 +100,28 @@ fn png_error(e: png::DecodingError) -> OpError {
     }
 }
 
+/// The `decode` op's default `max_pixels`: PIL's `DecompressionBombError` limit (twice its
+/// `MAX_IMAGE_PIXELS` warning threshold), about 13,400 x 13,400.
+pub const DEFAULT_MAX_PIXELS: u64 = 178_956_970;
+
+/// Refuses an image whose header declares more than `max` pixels (`(height, width)` from
+/// [`image_size`]): a decompression bomb would otherwise get its whole pixel buffer allocated
+/// before a byte of it is read.
+pub fn check_pixels(data: &[u8], (h, w): (usize, usize), max: u64) -> Result<(), OpError> {
+    let n = (h as u64).saturating_mul(w as u64);
+    if n <= max {
+        return Ok(());
+    }
+    Err(OpError::ImageTooLarge {
+        format: sniff(data).unwrap_or(ImageFormat::Png),
+        reason: format!(
+            "its header declares {w} x {h} = {n} pixels, more than the decode op's max_pixels \
+             = {max} (a decompression bomb, or a very large image: raise max_pixels to decode \
+             it)"
+        ),
+    })
+}
+
 /// `(height, width)` of an encoded image, from its header alone.
 pub fn image_size(data: &[u8]) -> Result<(usize, usize), OpError> {
     match sniff(data) {
@@ -142,7 +164,15 @@ fn decode_png(data: &[u8], mode: ColorMode) -> Result<Image, OpError> {
             format: ImageFormat::Png,
             reason: "its dimensions overflow memory".into(),
         })?;
-    let mut buf = vec![0u8; size];
+    // A failed allocation is the image's error, not an abort (the decode op checks the
+    // declared size first; this guards callers of `decode` that do not).
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(size)
+        .map_err(|_| OpError::ImageTooLarge {
+            format: ImageFormat::Png,
+            reason: format!("its {size}-byte pixel buffer cannot be allocated"),
+        })?;
+    buf.resize(size, 0);
     let frame = reader.next_frame(&mut buf).map_err(png_error)?;
     buf.truncate(frame.buffer_size());
     let (h, w) = (frame.height as usize, frame.width as usize);

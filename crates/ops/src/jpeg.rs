@@ -12,11 +12,16 @@ use zune_jpeg::errors::DecodeErrors;
 use crate::OpError;
 use crate::image::{ColorMode, Image, ImageFormat, Rect};
 
+/// zune-jpeg's options: any size a JPEG can declare (65,535 a side) is read, so that the
+/// `decode` op's own pixel limit is what refuses a large one, with its message.
 fn options(mode: ColorMode) -> DecoderOptions {
-    DecoderOptions::default().jpeg_set_out_colorspace(match mode {
-        ColorMode::Rgb => ColorSpace::RGB,
-        ColorMode::Gray => ColorSpace::Luma,
-    })
+    DecoderOptions::default()
+        .set_max_width(usize::from(u16::MAX))
+        .set_max_height(usize::from(u16::MAX))
+        .jpeg_set_out_colorspace(match mode {
+            ColorMode::Rgb => ColorSpace::RGB,
+            ColorMode::Gray => ColorSpace::Luma,
+        })
 }
 
 /// zune-jpeg's error, by what went wrong.

@@ -107,6 +107,12 @@ pub enum Op {
         /// slower, with pixels closer to torchvision's.
         #[serde(default = "yes")]
         reduced: bool,
+        /// Most pixels (height x width, from the header) an image may declare: a larger one
+        /// is a data error naming its size, refused before any pixel buffer is allocated, as
+        /// PIL's `MAX_IMAGE_PIXELS` does (default [`crate::image::DEFAULT_MAX_PIXELS`], PIL's
+        /// limit for its `DecompressionBombError`). Raise it for images that large.
+        #[serde(default = "default_max_pixels")]
+        max_pixels: u64,
     },
     /// torchvision's `Resize`: the shorter side to `size` (or exactly `[h, w]`).
     Resize {
@@ -421,6 +427,10 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
     }
     let (c, (h, w)) = (channels?, size?);
     Some((dtype, if chw { vec![c, h, w] } else { vec![h, w, c] }))
+}
+
+fn default_max_pixels() -> u64 {
+    crate::image::DEFAULT_MAX_PIXELS
 }
 
 fn yes() -> bool {
@@ -762,6 +772,114 @@ pub(crate) mod tests {
                 "{spec}"
             );
         }
+    }
+
+    /// CRC-32 (PNG's), for patching a chunk.
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut c = 0xFFFF_FFFFu32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+
+    /// Decompression bombs: a small PNG whose header declares 60,000 x 60,000 pixels (10.8 GB
+    /// of RGB), and a small JPEG whose frame header declares 65,500 x 65,500.
+    fn bombs() -> Vec<(&'static str, Vec<u8>)> {
+        let mut png_data = Vec::new();
+        {
+            let mut enc = png::Encoder::new(&mut png_data, 4, 4);
+            enc.set_color(png::ColorType::Rgb);
+            enc.set_depth(png::BitDepth::Eight);
+            let mut writer = enc.write_header().unwrap();
+            writer.write_image_data(&[7u8; 48]).unwrap();
+        }
+        // IHDR: length (4), "IHDR" (4), width (4), height (4), ..., CRC over type + data.
+        png_data[16..20].copy_from_slice(&60_000u32.to_be_bytes());
+        png_data[20..24].copy_from_slice(&60_000u32.to_be_bytes());
+        let crc = crc32(&png_data[12..29]);
+        png_data[29..33].copy_from_slice(&crc.to_be_bytes());
+        let mut jpeg_data = jpeg(16, 16);
+        let sof = jpeg_data
+            .windows(2)
+            .position(|w| w == [0xFF, 0xC0])
+            .expect("a baseline frame header");
+        // FF C0, length (2), precision (1), height (2), width (2).
+        jpeg_data[sof + 5..sof + 7].copy_from_slice(&65_500u16.to_be_bytes());
+        jpeg_data[sof + 7..sof + 9].copy_from_slice(&65_500u16.to_be_bytes());
+        vec![("png", png_data), ("jpeg", jpeg_data)]
+    }
+
+    #[test]
+    fn bombs_are_refused_by_their_header_naming_the_size_and_the_option() {
+        for (name, data) in bombs() {
+            assert!(image::image_size(&data).is_ok(), "{name}: the header reads");
+            for spec in [
+                r#"{"img": [{"op": "decode"}]}"#,
+                r#"{"img": [{"op": "decode"}, {"op": "random_resized_crop", "size": 16}]}"#,
+                r#"{"img": [{"op": "decode", "max_pixels": 1000}]}"#,
+            ] {
+                let p = Pipeline::from_json(spec).unwrap();
+                let mut s = Sample::new(0).with("img", Field::Bytes(data.clone().into()));
+                let e = p
+                    .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
+                    .unwrap_err()
+                    .to_string();
+                assert!(
+                    e.contains("declares") && e.contains("max_pixels"),
+                    "{name} {spec}: {e}"
+                );
+            }
+        }
+        // A real image under a lowered limit is refused the same way; under the default, read.
+        let small = jpeg(40, 50);
+        let p = Pipeline::from_json(r#"{"img": [{"op": "decode", "max_pixels": 1999}]}"#).unwrap();
+        let mut s = Sample::new(0).with("img", Field::Bytes(small.clone().into()));
+        let e = p
+            .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
+            .unwrap_err();
+        assert!(e.to_string().contains("50 x 40 = 2000 pixels"), "{e}");
+        let p = Pipeline::from_json(r#"{"img": [{"op": "decode"}]}"#).unwrap();
+        let mut s = Sample::new(0).with("img", Field::Bytes(small.into()));
+        p.apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
+            .unwrap();
+    }
+
+    /// The bombs again in a child process whose address space is capped at 1.5 GB: an
+    /// allocation made from the header alone would abort it instead of being refused.
+    #[test]
+    fn bombs_are_refused_under_a_memory_limit() {
+        const INNER: &str = "CHUTE_BOMB_UNDER_LIMIT";
+        if std::env::var_os(INNER).is_some() {
+            bombs_are_refused_by_their_header_naming_the_size_and_the_option();
+            return;
+        }
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(
+                "ulimit -v 1500000 && exec \"$0\" --exact --test-threads 1 \
+                 spec::tests::bombs_are_refused_under_a_memory_limit",
+            )
+            .arg(&exe)
+            .env(INNER, "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "under a 1.5 GB limit: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("1 passed"), "the inner test ran: {stdout}");
     }
 
     #[test]

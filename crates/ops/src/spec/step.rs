@@ -59,12 +59,14 @@ pub(super) enum Step {
     /// `decode` alone: the whole picture at full size.
     Decode {
         mode: ColorMode,
+        max_pixels: u64,
     },
     /// `decode` fused with the crop or resize after it.
     DecodeRegion {
         mode: ColorMode,
         region: Region,
         to_slot: bool,
+        max_pixels: u64,
     },
     Resize {
         size: Size,
@@ -158,8 +160,12 @@ fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
     while i < ops.len() {
         let to_slot = writer == Some(i);
         let step = match &ops[i] {
-            Op::Decode { mode, reduced } => {
-                let mode = *mode;
+            Op::Decode {
+                mode,
+                reduced,
+                max_pixels,
+            } => {
+                let (mode, max_pixels) = (*mode, *max_pixels);
                 let region = match ops.get(i + 1).filter(|_| *reduced) {
                     Some(Op::RandomResizedCrop { size, scale, ratio }) => {
                         Some(Region::RandomResizedCrop {
@@ -181,9 +187,10 @@ fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
                             mode,
                             region,
                             to_slot: writer == Some(i),
+                            max_pixels,
                         }
                     }
-                    None => Step::Decode { mode },
+                    None => Step::Decode { mode, max_pixels },
                 }
             }
             Op::Resize { size, max_size } => Step::Resize {
@@ -290,7 +297,8 @@ impl Step {
         slot: Option<&mut [u8]>,
     ) -> Result<Value, OpError> {
         Ok(match (self, value) {
-            (Step::Decode { mode }, Value::Bytes(b)) => {
+            (Step::Decode { mode, max_pixels }, Value::Bytes(b)) => {
+                image::check_pixels(&b, image::image_size(&b)?, *max_pixels)?;
                 Value::Image(image::decode(&b, *mode, None)?)
             }
             (
@@ -298,11 +306,13 @@ impl Step {
                     mode,
                     region,
                     to_slot,
+                    max_pixels,
                 },
                 Value::Bytes(b),
             ) => {
                 // The crop is drawn from the header's size: the same draw as after a decode.
                 let (h, w) = image::image_size(&b)?;
+                image::check_pixels(&b, (h, w), *max_pixels)?;
                 let (crop, out) = match *region {
                     Region::RandomResizedCrop { size, scale, ratio } => (
                         image::random_resized_crop_params(h, w, scale, ratio, rng),
@@ -736,6 +746,7 @@ mod tests {
                 ratio: [0.75, 4.0 / 3.0],
             },
             to_slot,
+            max_pixels: crate::image::DEFAULT_MAX_PIXELS,
         };
         assert_eq!(
             compile(&imagenet, None),
@@ -770,7 +781,8 @@ mod tests {
             compile(&full, Some(&slot))[..2],
             [
                 Step::Decode {
-                    mode: ColorMode::Rgb
+                    mode: ColorMode::Rgb,
+                    max_pixels: crate::image::DEFAULT_MAX_PIXELS,
                 },
                 Step::RandomResizedCrop {
                     size: (8, 8),
