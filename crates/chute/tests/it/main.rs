@@ -1,5 +1,6 @@
 //! End-to-end tests of the facade: formats through the engine.
 
+mod bombs;
 mod conformance;
 mod parquet;
 #[cfg(feature = "remote")]

@@ -1,0 +1,228 @@
+//! Lying headers and decompression bombs, one per decoder, read end to end (`chute::open`,
+//! the loader) in a child process whose address space is capped at 2 GB: an allocation sized
+//! from a header alone would abort the child (and fail the test) instead of being refused.
+//! Each must be a clear error, or with `on_error = skip` a skipped sample, naming what lied.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use chute::core::{OnError, Source};
+use chute::formats::tfrecord::masked_crc32c;
+use chute::{Format, Loader, OpenOptions};
+
+const INNER: &str = "CHUTE_BOMBS_UNDER_LIMIT";
+
+#[test]
+fn hostile_sizes_are_refused_under_a_memory_limit() {
+    if std::env::var_os(INNER).is_some() {
+        bombs_in(tempfile::tempdir().unwrap().path());
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(
+            "ulimit -v 2000000 && exec \"$0\" --exact --test-threads 1 \
+             bombs::hostile_sizes_are_refused_under_a_memory_limit",
+        )
+        .arg(&exe)
+        .env(INNER, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "under a 2 GB limit:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Opens `path` and reads every sample: an error at open or at each read is fine, a sample
+/// delivered is not (every file here lies), and nothing may abort.
+fn refused(path: &Path, format: Format, what: &str, expect: &str) {
+    let options = OpenOptions {
+        format: Some(format),
+        verify_checksums: false,
+        ..OpenOptions::default()
+    };
+    let err = match chute::open(&[path], &options) {
+        Err(e) => e.to_string(),
+        Ok(src) => {
+            let n = src.manifest().total_samples();
+            let errors: Vec<String> = (0..n.min(8))
+                .map(|id| src.read(id).expect_err(what).to_string())
+                .collect();
+            assert!(
+                !errors.is_empty(),
+                "{what}: opened with no sample and no error"
+            );
+            errors.join("; ")
+        }
+    };
+    assert!(err.contains(expect), "{what}: {err}");
+}
+
+fn bombs_in(dir: &Path) {
+    // Tar: a member whose header claims 8 GiB - 1 bytes, in a file of 512.
+    let mut h = [0u8; 512];
+    h[..8].copy_from_slice(b"bomb.jpg");
+    h[100..107].copy_from_slice(b"0000644");
+    h[108..115].copy_from_slice(b"0000000");
+    h[116..123].copy_from_slice(b"0000000");
+    h[124..135].copy_from_slice(b"77777777777");
+    h[136..147].copy_from_slice(b"00000000000");
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+    let tar = dir.join("bomb.tar");
+    std::fs::write(&tar, h).unwrap();
+    refused(&tar, Format::WebDataset, "tar", "bomb.jpg");
+
+    // TFRecord: a record length of 2^60 (with its length CRC right) in a file of 16 bytes.
+    let len = (1u64 << 60).to_le_bytes();
+    let mut rec = len.to_vec();
+    rec.extend(masked_crc32c(&len).to_le_bytes());
+    rec.extend([0u8; 4]);
+    let tfr = dir.join("bomb.tfrecord");
+    std::fs::write(&tfr, &rec).unwrap();
+    refused(&tfr, Format::TfRecord, "tfrecord", "bomb.tfrecord");
+
+    // tf.train.Example: a bytes feature whose length prefix claims 2^40 bytes.
+    let mut example = vec![0x0A]; // Example.features
+    let mut features = vec![0x0A]; // Features.feature (map entry)
+    let mut entry = vec![0x0A, 0x01, b'x', 0x12]; // key "x", value Feature
+    let feature = [0x0A, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20]; // bytes_list, length 2^40
+    entry.push(feature.len() as u8);
+    entry.extend(feature);
+    features.push(entry.len() as u8);
+    features.extend(entry);
+    example.push(features.len() as u8);
+    example.extend(features);
+    let mut framed = (example.len() as u64).to_le_bytes().to_vec();
+    framed.extend(masked_crc32c(&framed[..8]).to_le_bytes());
+    framed.extend(&example);
+    framed.extend(masked_crc32c(&example).to_le_bytes());
+    let ex = dir.join("example.tfrecord");
+    std::fs::write(&ex, &framed).unwrap();
+    refused(&ex, Format::TfRecord, "Example", "example.tfrecord");
+
+    // Parquet: a footer whose length claims 2 GiB.
+    let mut pq = b"PAR1".to_vec();
+    pq.extend([0u8; 64]);
+    pq.extend(0x7FFF_FFF0u32.to_le_bytes());
+    pq.extend(b"PAR1");
+    let pqf = dir.join("bomb.parquet");
+    std::fs::write(&pqf, &pq).unwrap();
+    refused(&pqf, Format::Parquet, "parquet", "bomb.parquet");
+
+    // .npy token ids: a header declaring 10^11 x 4 int64 (3.2 TB) over 16 bytes of data.
+    let mut header =
+        "{'descr': '<i8', 'fortran_order': False, 'shape': (100000000000, 4), }".to_string();
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend((header.len() as u16).to_le_bytes());
+    npy.extend(header.as_bytes());
+    npy.extend([0u8; 16]);
+    let e = chute::formats::token_ids_from_npy(&npy, "bomb.npy").unwrap_err();
+    assert!(e.to_string().contains("bomb.npy"), "npy: {e}");
+
+    // Images: a PNG declaring 60,000 x 60,000 and a JPEG declaring 65,500 x 65,500 among good
+    // samples, decoded by the loader with on_error = skip: skipped, named, the rest delivered.
+    let good = jpeg(16, 16);
+    let mut jpeg_bomb = good.clone();
+    let sof = jpeg_bomb
+        .windows(2)
+        .position(|w| w == [0xFF, 0xC0])
+        .unwrap();
+    jpeg_bomb[sof + 5..sof + 7].copy_from_slice(&65_500u16.to_be_bytes());
+    jpeg_bomb[sof + 7..sof + 9].copy_from_slice(&65_500u16.to_be_bytes());
+    let shard = dir.join("images.tar");
+    let mut w = chute::formats::webdataset::SampleWriter::new(
+        std::fs::File::create(&shard).unwrap(),
+        "images.tar",
+    );
+    w.write("a", &[("img", &good)]).unwrap();
+    w.write("b", &[("img", &png_bomb())]).unwrap();
+    w.write("c", &[("img", &good)]).unwrap();
+    w.write("d", &[("img", &jpeg_bomb)]).unwrap();
+    w.finish().unwrap();
+    let src: Arc<dyn Source> = chute::open(&[&shard], &OpenOptions::default()).unwrap();
+    let ops = chute::ops::Pipeline::from_json(
+        r#"{"img": [{"op": "decode"}, {"op": "center_crop", "size": 8}]}"#,
+    )
+    .unwrap();
+    let mut loader = Loader::builder_arc(src)
+        .batch_size(2)
+        .on_error(OnError::Skip)
+        .transform(ops)
+        .build()
+        .unwrap();
+    let delivered: usize = (&mut loader).map(|b| b.unwrap().len()).sum();
+    assert_eq!(delivered, 4, "skipped samples are replaced");
+    let stats = loader.stats();
+    assert_eq!(stats.skipped, 2);
+    let why = stats.skipped_recent.join("\n");
+    assert!(
+        why.contains("60000 x 60000") && why.contains("65500 x 65500"),
+        "{why}"
+    );
+    assert!(why.contains("max_pixels"), "{why}");
+}
+
+/// A small RGB JPEG.
+fn jpeg(h: u16, w: u16) -> Vec<u8> {
+    let px: Vec<u8> = (0..h as usize * w as usize * 3)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let mut out = Vec::new();
+    jpeg_encoder::Encoder::new(&mut out, 90)
+        .encode(&px, w, h, jpeg_encoder::ColorType::Rgb)
+        .unwrap();
+    out
+}
+
+/// A PNG whose IHDR declares 60,000 x 60,000 RGB pixels (10.8 GB), with one byte of data.
+fn png_bomb() -> Vec<u8> {
+    let mut ihdr = b"IHDR".to_vec();
+    ihdr.extend(60_000u32.to_be_bytes());
+    ihdr.extend(60_000u32.to_be_bytes());
+    ihdr.extend([8, 2, 0, 0, 0]); // 8 bits, RGB, deflate, adaptive filter, no interlace
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend(13u32.to_be_bytes());
+    png.extend(&ihdr);
+    png.extend(crc32(&ihdr).to_be_bytes());
+    // IDAT: a zlib stream of one stored byte (header, stored block of 1, Adler-32).
+    let mut idat = b"IDAT".to_vec();
+    idat.extend([
+        0x78, 0x01, 0x01, 0x01, 0x00, 0xFE, 0xFF, 0x00, 0x00, 0x01, 0x00, 0x01,
+    ]);
+    png.extend(12u32.to_be_bytes());
+    png.extend(&idat);
+    png.extend(crc32(&idat).to_be_bytes());
+    png.extend(0u32.to_be_bytes());
+    png.extend(b"IEND");
+    png.extend(crc32(b"IEND").to_be_bytes());
+    png
+}
+
+/// CRC-32 (PNG's chunks).
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut c = 0xFFFF_FFFFu32;
+    for &b in bytes {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
