@@ -121,7 +121,7 @@ fn bombs_in(dir: &Path) {
     // .npy token ids: a header declaring 10^11 x 4 int64 (3.2 TB) over 16 bytes of data.
     let mut header =
         "{'descr': '<i8', 'fortran_order': False, 'shape': (100000000000, 4), }".to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
