@@ -1583,8 +1583,10 @@ impl Mixture {
             .iter()
             .map(|c| c.served.load(Ordering::Relaxed))
             .sum();
-        // The target: the schedule's counts over as many positions as were served.
-        let targets = self.counts_before(total, 0);
+        // The target: the schedule's counts over as many positions as were served (in random
+        // mode, the run's own draws: its seed's).
+        let seed = self.run_seed(self.ctx.read().unwrap_or_else(|e| e.into_inner()).seed);
+        let targets = self.counts_before(total.min(MAX_RANDOM_POSITION), seed);
         let per: serde_json::Map<String, serde_json::Value> = self
             .components
             .iter()
