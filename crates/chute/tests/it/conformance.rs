@@ -76,7 +76,8 @@ fn write_webdataset(dir: &Path) {
     }
 }
 
-fn jpeg(id: u64) -> Vec<u8> {
+/// A small RGB JPEG, its size and pixels varying with `id`.
+pub(crate) fn jpeg(id: u64) -> Vec<u8> {
     let (w, h) = (24 + (id % 5) as u16 * 4, 20 + (id % 3) as u16 * 6);
     let px: Vec<u8> = (0..w as usize * h as usize * 3)
         .map(|k| ((k as u64 * 7 + id * 13) % 251) as u8)
