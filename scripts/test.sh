@@ -35,9 +35,10 @@ fi
 echo "== cargo test"
 cargo test --workspace --locked
 
-# CHUTE_TEST_FUZZ=1 (set by .ci/run): build the cargo-fuzz targets of the tar decoder, the
-# TFRecord framing and the Example parser on the stable toolchain (`-s none`: coverage without
-# a sanitizer), and give each a short smoke run.
+# CHUTE_TEST_FUZZ=1 (set by .ci/run): build the cargo-fuzz targets (every parser of untrusted
+# bytes: FUZZING.md lists them and the campaign's figures) on the stable toolchain (`-s none`:
+# coverage without a sanitizer), and give each a short smoke run that starts from its seed
+# corpus in fuzz/seeds/ (the campaign's, minimized; new inputs go to the ignored fuzz/corpus/).
 if [ "${CHUTE_TEST_FUZZ:-0}" = 1 ]; then
   echo "== fuzz targets"
   command -v cargo-fuzz >/dev/null || cargo install --quiet --locked cargo-fuzz
@@ -45,7 +46,9 @@ if [ "${CHUTE_TEST_FUZZ:-0}" = 1 ]; then
     cd crates/formats
     cargo fuzz build -s none
     for target in $(cargo fuzz list); do
-      cargo fuzz run -s none "$target" -- -runs=200000 -max_len=4096 2>&1 | tail -n 1
+      mkdir -p "fuzz/corpus/$target"
+      cargo fuzz run -s none "$target" "fuzz/corpus/$target" "fuzz/seeds/$target" -- \
+        -runs=200000 -max_total_time=60 -max_len=4096 2>&1 | tail -n 1
     done
   )
 fi
