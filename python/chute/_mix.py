@@ -57,6 +57,10 @@ def mix(
 
     ``loader.stats()["source"]["components"]`` counts the samples (and tokens) served per
     component against the target share; ``source.mixture`` describes the mixture.
+
+    A mixture places its samples by the plan of the loader reading it, so it serves one loader
+    at a time: for a second loader, call ``chute.mix`` again with the same arguments (same
+    definition, same fingerprint).
     """
     if not isinstance(components, Mapping) or not components:
         raise ConfigError("invalid components: a mixture takes a non-empty dict of name -> source")

@@ -592,6 +592,11 @@ struct RandomChunk {
 }
 
 /// A weighted mixture of sources (see the module documentation).
+///
+/// The loader's plan (epoch, rank split, batch size) reaches the mixture through
+/// [`Source::set_plan`], and it places every read by it: a mixture serves one loader at a
+/// time. For a second loader (evaluation, another rank in the same process), build a second
+/// mixture from the same components and options: it has the same definition and fingerprint.
 pub struct Mixture {
     components: Vec<Component>,
     /// Schedule points as given, normalized: (position, weights).
