@@ -7,7 +7,9 @@
 //! epoch's time went there. This allocator keeps up to [`PER_CLASS`] freed blocks of each
 //! power-of-two size class from [`MIN_CACHED`] to [`MAX_CACHED`] bytes (at most
 //! [`CACHE_LIMIT`] bytes in all) and hands them out again, their pages already mapped.
-//! Everything else goes straight to the system allocator.
+//! Everything else goes straight to the system allocator. The lists are only ever tried,
+//! never waited on: a list another thread is using at that instant, or one a thread held when
+//! the process forked (which no thread in the child will release), is passed by.
 //!
 //! It is the global allocator of the `chute` binary and of the Python extension (Rust code
 //! only: Python's and numpy's allocations are not affected):
@@ -66,6 +68,15 @@ fn class(layout: Layout) -> Option<usize> {
     Some((rounded.trailing_zeros() - MIN_CACHED.trailing_zeros()) as usize)
 }
 
+/// Class `c`'s list, unless another thread holds it.
+fn try_lock(c: usize) -> Option<std::sync::MutexGuard<'static, Class>> {
+    match CACHE[c].try_lock() {
+        Ok(list) => Some(list),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 fn block_layout(class: usize) -> Layout {
     // Sizes are powers of two below 2^27 and the alignment a page: always a valid layout.
     Layout::from_size_align(MIN_CACHED << class, BLOCK_ALIGN).expect("a valid block layout")
@@ -81,14 +92,15 @@ unsafe impl GlobalAlloc for CachingAlloc {
             // SAFETY: forwarded as it came.
             return unsafe { System.alloc(layout) };
         };
+        // `try_lock`: a list another thread is using (or that a thread held when the process
+        // forked, and never lets go of in the child) is passed by, never waited on.
+        if let Some(mut list) = try_lock(c)
+            && list.len > 0
         {
-            let mut list = CACHE[c].lock().unwrap_or_else(|e| e.into_inner());
-            if list.len > 0 {
-                list.len -= 1;
-                let block = list.blocks[list.len];
-                CACHED_BYTES.fetch_sub(MIN_CACHED << c, Ordering::Relaxed);
-                return block as *mut u8;
-            }
+            list.len -= 1;
+            let block = list.blocks[list.len];
+            CACHED_BYTES.fetch_sub(MIN_CACHED << c, Ordering::Relaxed);
+            return block as *mut u8;
         }
         // SAFETY: a valid, non-zero-sized layout.
         unsafe { System.alloc(block_layout(c)) }
@@ -100,15 +112,15 @@ unsafe impl GlobalAlloc for CachingAlloc {
             return unsafe { System.dealloc(ptr, layout) };
         };
         let size = MIN_CACHED << c;
-        if CACHED_BYTES.load(Ordering::Relaxed) + size <= CACHE_LIMIT {
-            let mut list = CACHE[c].lock().unwrap_or_else(|e| e.into_inner());
-            if list.len < PER_CLASS {
-                let n = list.len;
-                list.blocks[n] = ptr as usize;
-                list.len += 1;
-                CACHED_BYTES.fetch_add(size, Ordering::Relaxed);
-                return;
-            }
+        if CACHED_BYTES.load(Ordering::Relaxed) + size <= CACHE_LIMIT
+            && let Some(mut list) = try_lock(c)
+            && list.len < PER_CLASS
+        {
+            let n = list.len;
+            list.blocks[n] = ptr as usize;
+            list.len += 1;
+            CACHED_BYTES.fetch_add(size, Ordering::Relaxed);
+            return;
         }
         // SAFETY: blocks of class `c` come from `System` with `block_layout(c)`.
         unsafe { System.dealloc(ptr, block_layout(c)) }
