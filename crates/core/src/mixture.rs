@@ -330,6 +330,14 @@ fn edf(rates: &[u64], steps: u64, picks: usize) -> Vec<u16> {
     out
 }
 
+/// Picks of component `c` in the first `steps` steps of `seq` (`picks` entries a step), from
+/// the [`checkpoints`] before the last `CHECK`-th step and a scan of the rest.
+fn counted(seq: &[u16], checks: &[u32], k: usize, picks: usize, c: usize, steps: usize) -> u64 {
+    let base = steps / CHECK;
+    let rest = &seq[base * CHECK * picks..steps * picks];
+    u64::from(checks[base * k + c]) + rest.iter().filter(|&&p| usize::from(p) == c).count() as u64
+}
+
 /// Each component's count before every `CHECK`-th step of `seq` (`picks` entries a step).
 fn checkpoints(seq: &[u16], k: usize, picks: usize) -> Vec<u32> {
     let steps = seq.len() / picks.max(1);
@@ -380,13 +388,7 @@ impl Pattern {
 
     /// Draws of component `c` in the first `off` offsets of a period.
     fn before(&self, c: usize, off: usize) -> u64 {
-        let k = self.quotas.len();
-        let base = off / CHECK;
-        let mut n = u64::from(self.checks[base * k + c]);
-        for &s in &self.seq[base * CHECK..off] {
-            n += u64::from(usize::from(s) == c);
-        }
-        n
+        counted(&self.seq, &self.checks, self.quotas.len(), 1, c, off)
     }
 }
 
@@ -434,12 +436,7 @@ impl Bonus {
     fn before(&self, c: usize, j: u64) -> u64 {
         let (full, j) = (j / QUANTUM, (j % QUANTUM) as usize);
         let k = self.floors.len();
-        let base = j / CHECK;
-        let mut n = full * self.per_period[c] + u64::from(self.checks[base * k + c]);
-        for &p in &self.picks[base * CHECK * self.r..j * self.r] {
-            n += u64::from(usize::from(p) == c);
-        }
-        n
+        full * self.per_period[c] + counted(&self.picks, &self.checks, k, self.r, c, j)
     }
 
     /// The composition of batch `j` of the run.
@@ -554,6 +551,27 @@ struct Reading {
 }
 
 impl Reading {
+    /// Component `c`'s plan of its epoch `epoch` under `seed`: the one in use, or the
+    /// component's (one lock per component epoch per call, not per sample).
+    fn plan(
+        &mut self,
+        c: usize,
+        comp: &Component,
+        src: &Arc<dyn Source>,
+        epoch: u64,
+        seed: u64,
+    ) -> Result<Arc<Plan>, Error> {
+        if let Some((e, s, p)) = &self.plans[c]
+            && *e == epoch
+            && *s == seed
+        {
+            return Ok(Arc::clone(p));
+        }
+        let p = comp.plan(src, epoch, seed)?;
+        self.plans[c] = Some((epoch, seed, Arc::clone(&p)));
+        Ok(p)
+    }
+
     fn new(m: &Mixture) -> Reading {
         let k = m.components.len();
         Reading {
@@ -1368,15 +1386,7 @@ impl Mixture {
             Inner::Source(src) => {
                 let len = src.manifest().total_samples();
                 let (epoch, i) = (k / len, k % len);
-                let plan = match &r.plans[c] {
-                    Some((e, s, p)) if *e == epoch && *s == comp_seed => Arc::clone(p),
-                    _ => {
-                        let p = comp.plan(src, epoch, comp_seed)?;
-                        r.plans[c] = Some((epoch, comp_seed, Arc::clone(&p)));
-                        p
-                    }
-                };
-                let id = plan.order_at(i);
+                let id = r.plan(c, comp, src, epoch, comp_seed)?.order_at(i);
                 let mut s = src.read(id)?;
                 if let Some(t) = &comp.transform {
                     let mut rng = SampleRng::for_sample(comp_seed, epoch, id);
@@ -1430,7 +1440,6 @@ impl Mixture {
         // Each component's ids (in its own id space) and their rows in the batch.
         let mut own: Vec<(Vec<u64>, Vec<usize>)> = vec![(Vec::new(), Vec::new()); k];
         // The plan each component used last in this batch (one lock per epoch, not per row).
-        let mut plans: Vec<Option<(u64, Arc<Plan>)>> = vec![None; k];
         let mut reading = Reading::new(self);
         for (row, &id) in ids.iter().enumerate() {
             let g = self.position(ctx, id);
@@ -1441,15 +1450,7 @@ impl Mixture {
                 return Ok(None);
             };
             let len = src.manifest().total_samples();
-            let epoch = draw / len;
-            let plan = match &plans[c] {
-                Some((e, p)) if *e == epoch => Arc::clone(p),
-                _ => {
-                    let p = comp.plan(src, epoch, comp.seed_for(seed))?;
-                    plans[c] = Some((epoch, Arc::clone(&p)));
-                    p
-                }
-            };
+            let plan = reading.plan(c, comp, src, draw / len, comp.seed_for(seed))?;
             own[c].0.push(plan.order_at(draw % len));
             own[c].1.push(row);
         }
