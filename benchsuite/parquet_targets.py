@@ -6,7 +6,9 @@
 Loaders (batches of 4,096 rows; the 16 floats stacked to `[B, 16]` float32 by every loader,
 as a training step takes them):
 
-- `chute.Loader(chute.parquet(path), num_workers=2)`, in file order and with block shuffle;
+- `chute.Loader(chute.parquet(path), num_workers=2)`, in file order and with block shuffle,
+  the 16 columns stacked by `np.stack` on the training thread, or by chute's workers
+  (`chute.parquet(path, stack={"x": FEATURES})`);
 - `pyarrow.dataset.dataset(path).to_batches(batch_size=4096)` (pyarrow's threads; this machine
   has 2 cores), every batch stacked;
 - `pyarrow.parquet.read_table(path, use_threads=False)`: one thread decoding the whole file,
@@ -41,11 +43,16 @@ def write(path, rows, row_groups):
     pq.write_table(pa.table(cols), path, row_group_size=-(-rows // row_groups))
 
 
-def chute_epoch(path, shuffle):
-    loader = chute.Loader(chute.parquet(path), batch_size=4096, shuffle=shuffle, num_workers=2)
+def chute_epoch(path, shuffle, stack):
+    if stack:
+        # The 16 columns stacked to [B, 16] on chute's workers.
+        source = chute.parquet(path, stack={"x": FEATURES})
+    else:
+        source = chute.parquet(path)
+    loader = chute.Loader(source, batch_size=4096, shuffle=shuffle, num_workers=2)
     n = 0
     for b in loader:
-        x = np.stack([b[f] for f in FEATURES], axis=1)
+        x = np.asarray(b["x"]) if stack else np.stack([b[f] for f in FEATURES], axis=1)
         n += len(x)
     return n
 
@@ -79,8 +86,14 @@ def main():
     for name, path in shapes.items():
         cases[f"{name} read_table(use_threads=False)"] = lambda p=path: read_table(p)
         cases[f"{name} pyarrow.dataset to_batches"] = lambda p=path: dataset_epoch(p)
-        cases[f"{name} chute, file order"] = lambda p=path: chute_epoch(p, False)
-        cases[f"{name} chute, block shuffle"] = lambda p=path: chute_epoch(p, "block")
+        cases[f"{name} chute, file order, np.stack"] = lambda p=path: chute_epoch(p, False, False)
+        cases[f"{name} chute, file order, stack="] = lambda p=path: chute_epoch(p, False, True)
+        cases[f"{name} chute, block shuffle, np.stack"] = lambda p=path: chute_epoch(
+            p, "block", False
+        )
+        cases[f"{name} chute, block shuffle, stack="] = lambda p=path: chute_epoch(
+            p, "block", True
+        )
     rates = {k: [] for k in cases}
     for r in range(a.rounds):
         for k, run in cases.items():

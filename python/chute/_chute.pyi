@@ -1,7 +1,7 @@
 """Type stubs of the extension module ``chute._chute`` (python/src/)."""
 
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union, final
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, final
 
 __all__ = [
     "Loader",
@@ -54,6 +54,7 @@ def dataset(
     out_dtype: Optional[_DType] = None,
     columns: Optional[Sequence[str]] = None,
     chunk_rows: Optional[int] = None,
+    stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
     index: str = "auto",
     raw: bool = False,
     verify_checksums: bool = True,
@@ -61,7 +62,9 @@ def dataset(
     """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
     its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
     "tfrecord", "parquet", "arrow") detected from the manifest or the extensions unless
-    given."""
+    given. ``stack`` (Parquet, Arrow): ``{name: columns}`` stacks numeric columns of one dtype
+    into one ``[B, k]`` column on the workers (columns a list, or a string such as
+    ``"f{0..15}"``)."""
 
 def collate_samples(
     samples: List[Any], pad: bool = False, output: Optional[Callable[[Any], Any]] = None
@@ -125,15 +128,18 @@ def parquet(
     *,
     columns: Optional[Sequence[str]] = None,
     chunk_rows: Optional[int] = None,
+    stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
 ) -> Source:
     """Parquet files, paths or URLs (downloaded whole when opened): projected columns; numeric
-    ``[B]``, fixed-size lists ``[B, k]``."""
+    ``[B]``, fixed-size lists ``[B, k]``; ``stack={"x": ["f0", "f1"]}`` (or ``"f{0..15}"``)
+    stacks numeric columns of one dtype into one ``[B, k]`` column ``x`` on the workers."""
 
 def arrow(
     data: Any,
     *,
     columns: Optional[Sequence[str]] = None,
     chunk_rows: Optional[int] = None,
+    stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
 ) -> Source:
     """Arrow IPC files or streams (paths or URLs, folders, globs, manifests; memory-mapped), or
     Arrow data in memory (anything with ``__arrow_c_stream__``: a pyarrow ``Table``, a Polars
@@ -146,6 +152,7 @@ def arrow_table(
     indices: Optional[bytes] = None,
     columns: Optional[Sequence[str]] = None,
     chunk_rows: Optional[int] = None,
+    stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
     name: str = "arrow",
 ) -> Source:
     """Arrow data in memory (``__arrow_c_stream__``) as a source, with an optional row mapping

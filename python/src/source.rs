@@ -183,10 +183,11 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// the extensions unless `format` names it. The other options apply to the formats that use
 /// them: `seq_len`, `dtype`, `out_dtype` (token files; by default the manifest's, else 1024,
 /// uint16 and int64), `columns` (Parquet columns or TFRecord features), `chunk_rows`
-/// (Parquet), `index` (tar and TFRecord), `raw` and `verify_checksums` (TFRecord).
+/// (Parquet and Arrow), `stack` (Parquet and Arrow: `{name: [columns]}`), `index` (tar and
+/// TFRecord), `raw` and `verify_checksums` (TFRecord).
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
-                    columns=None, chunk_rows=None, index="auto", raw=false,
+                    columns=None, chunk_rows=None, stack=None, index="auto", raw=false,
                     verify_checksums=true))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dataset(
@@ -198,6 +199,7 @@ pub(crate) fn dataset(
     out_dtype: Option<&Bound<'_, PyAny>>,
     columns: Option<Vec<String>>,
     chunk_rows: Option<usize>,
+    stack: Option<&Bound<'_, PyAny>>,
     index: &str,
     raw: bool,
     verify_checksums: bool,
@@ -216,6 +218,7 @@ pub(crate) fn dataset(
         },
         columns,
         chunk_rows,
+        stack: self::stack(stack)?,
         index: index_mode(index)?,
         raw,
         verify_checksums,
@@ -280,18 +283,22 @@ pub(crate) fn tfrecord(
 /// brace patterns, globs, folders, manifests), read as Parquet. `columns` projects (default: all);
 /// numeric columns come out as `[B]`, fixed-size lists as `[B, k]`, binary and string columns
 /// as lists. Row groups are split into shards of at most `chunk_rows` rows (default 16,384).
+/// `stack={"x": ["f0", "f1", ...]}` stacks numeric columns of one dtype into one `[B, k]`
+/// column `x` on the workers (a list or a brace pattern such as `"f{0..15}"`).
 #[pyfunction]
-#[pyo3(signature = (urls, *, columns=None, chunk_rows=None))]
+#[pyo3(signature = (urls, *, columns=None, chunk_rows=None, stack=None))]
 pub(crate) fn parquet(
     py: Python<'_>,
     urls: &Bound<'_, PyAny>,
     columns: Option<Vec<String>>,
     chunk_rows: Option<usize>,
+    stack: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Source> {
     let options = OpenOptions {
         format: Some(Format::Parquet),
         columns,
         chunk_rows,
+        stack: self::stack(stack)?,
         ..Default::default()
     };
     open(py, urls, options)
@@ -305,22 +312,25 @@ pub(crate) fn parquet(
 /// and bools come out as `[B]`, fixed-size lists as `[B, k]`, lists of numbers as one array
 /// per sample (or padded, with the loader's `pad`), binary and string columns as lists.
 /// Record batches are split into shards of at most `chunk_rows` rows (default 16,384).
+/// `stack` as for `parquet`.
 #[pyfunction]
-#[pyo3(signature = (data, *, columns=None, chunk_rows=None))]
+#[pyo3(signature = (data, *, columns=None, chunk_rows=None, stack=None))]
 pub(crate) fn arrow(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     columns: Option<Vec<String>>,
     chunk_rows: Option<usize>,
+    stack: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Source> {
     if data.hasattr("__arrow_c_stream__")? {
         let name = data.get_type().name()?.to_string();
-        return arrow_table(py, data, None, columns, chunk_rows, &name);
+        return arrow_table(py, data, None, columns, chunk_rows, stack, &name);
     }
     let options = OpenOptions {
         format: Some(Format::Arrow),
         columns,
         chunk_rows,
+        stack: self::stack(stack)?,
         ..Default::default()
     };
     open(py, data, options)
@@ -331,15 +341,18 @@ pub(crate) fn arrow(
 /// table behind a Hugging Face dataset, memory-mapped from its cache files). `indices`, the
 /// little-endian `uint64` bytes of a row mapping (sample `i` is row `indices[i]`, a Hugging
 /// Face dataset after `shuffle()` or `select()`), is applied when given. `columns` projects,
-/// `chunk_rows` sizes shards (default 16,384), `name` names the data in errors.
+/// `chunk_rows` sizes shards (default 16,384), `stack` as for `parquet`, `name` names the
+/// data in errors.
 #[pyfunction]
-#[pyo3(signature = (data, *, indices=None, columns=None, chunk_rows=None, name="arrow"))]
+#[pyo3(signature = (data, *, indices=None, columns=None, chunk_rows=None, stack=None,
+                    name="arrow"))]
 pub(crate) fn arrow_table(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     indices: Option<&[u8]>,
     columns: Option<Vec<String>>,
     chunk_rows: Option<usize>,
+    stack: Option<&Bound<'_, PyAny>>,
     name: &str,
 ) -> PyResult<Source> {
     let capsule = data.call_method0("__arrow_c_stream__")?;
@@ -353,6 +366,7 @@ pub(crate) fn arrow_table(
     let options = ArrowOptions {
         columns,
         chunk_rows,
+        stack: self::stack(stack)?,
     };
     let stream = stream.as_ptr() as usize;
     let inner = py
@@ -371,6 +385,34 @@ pub(crate) fn arrow_table(
         mixture: None,
         interrupt: None,
     })
+}
+
+/// A `stack` argument: `{name: columns}`, the columns a list of names or one string of
+/// comma-separated names and brace patterns (`"f{0..15}"`).
+fn stack(obj: Option<&Bound<'_, PyAny>>) -> PyResult<chute::formats::Stack> {
+    let Some(obj) = obj else {
+        return Ok(Vec::new());
+    };
+    let dict = obj.cast::<pyo3::types::PyDict>().map_err(|_| {
+        errors::from_config(chute::ConfigError::new(
+            "stack",
+            "pass a dict {name: [columns]} (for example {\"x\": [\"f0\", \"f1\"]})",
+        ))
+    })?;
+    let mut out = Vec::with_capacity(dict.len());
+    for (name, members) in dict.iter() {
+        let name: String = name.extract()?;
+        let members = match members.extract::<String>() {
+            Ok(spec) => {
+                chute::formats::parse_stack(&format!("{name}={spec}"))
+                    .map_err(errors::from_config)?
+                    .1
+            }
+            Err(_) => members.extract::<Vec<String>>()?,
+        };
+        out.push((name, members));
+    }
+    Ok(out)
 }
 
 /// A dtype argument (`"uint16"`, `"int64"`, a numpy dtype or type: anything whose `str()` or

@@ -97,3 +97,37 @@ def test_parquet_written_by_pyarrow(tmp_path):
     assert rows == n
     with pytest.raises(chute.ConfigError, match="nope"):
         chute.parquet(str(path), columns=["nope"])
+
+
+@pytest.mark.parametrize("shuffle", [False, "block", True])
+def test_parquet_and_arrow_stack_columns_on_the_workers(tmp_path, shuffle):
+    pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (scripts/test.sh installs it)")
+    pq = pytest.importorskip("pyarrow.parquet")
+    feather = pytest.importorskip("pyarrow.feather")
+    n = 3000
+    rng = np.random.default_rng(0)
+    feats = rng.standard_normal((n, 6), dtype=np.float32)
+    cols = {f"f{j}": feats[:, j] for j in range(6)}
+    cols["id"] = np.arange(n, dtype=np.int64)
+    table = pa.table(cols)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=700)
+    feather.write_feather(table, tmp_path / "t.arrow", chunksize=500)
+    sources = [
+        chute.parquet(str(tmp_path / "t.parquet"), stack={"x": "f{0..5}"}, chunk_rows=256),
+        chute.dataset(str(tmp_path / "t.arrow"), stack={"x": [f"f{j}" for j in range(6)]}),
+        chute.arrow(table, stack={"x": "f5,f{0..4}"}),
+    ]
+    for k, src in enumerate(sources):
+        seen = []
+        for b in chute.Loader(src, batch_size=128, shuffle=shuffle, seed=1, num_workers=2):
+            assert list(b) == ["x", "id"]
+            x, ids = np.asarray(b["x"]), np.asarray(b["id"])
+            assert x.shape == (len(ids), 6) and x.dtype == np.float32
+            want = feats[ids] if k < 2 else feats[ids][:, [5, 0, 1, 2, 3, 4]]
+            assert np.array_equal(x, want)
+            seen.extend(ids.tolist())
+        assert sorted(seen) == list(range(n))
+    with pytest.raises(chute.ConfigError, match="share one dtype"):
+        chute.parquet(str(tmp_path / "t.parquet"), stack={"x": ["f0", "id"]})
+    with pytest.raises(chute.ConfigError, match="stack"):
+        chute.parquet(str(tmp_path / "t.parquet"), stack=["f0"])

@@ -40,6 +40,10 @@ pub(crate) struct DatasetArgs {
     /// Parquet: rows per shard (row groups are split into chunks of this many rows).
     #[arg(long)]
     pub(crate) chunk_rows: Option<usize>,
+    /// Parquet and Arrow: stack numeric columns into one `[B, k]` column, NAME=COL,COL,...
+    /// (brace patterns allowed: `x=f{0..15}`); repeat for several stacks.
+    #[arg(long, value_parser = parse_stack)]
+    pub(crate) stack: Vec<(String, Vec<String>)>,
     /// Tar and TFRecord: where shard indexes come from.
     #[arg(long, default_value_t = IndexMode::Auto, value_parser = index_parser())]
     pub(crate) index: IndexMode,
@@ -75,6 +79,10 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 pub(crate) fn parse_dtype(s: &str) -> Result<DType, String> {
     s.parse::<DType>().map_err(|e| e.to_string())
+}
+
+fn parse_stack(s: &str) -> Result<(String, Vec<String>), String> {
+    chute::formats::parse_stack(s).map_err(|e| e.to_string())
 }
 
 /// `--format`: one of [`Format::ALL`]'s names (listed by `--help`).
@@ -124,6 +132,7 @@ impl DatasetArgs {
             out_dtype: self.out_dtype,
             columns: self.columns.clone(),
             chunk_rows: self.chunk_rows,
+            stack: self.stack.clone(),
             index: self.index,
             raw: self.raw,
             verify_checksums: !self.no_verify,

@@ -22,6 +22,7 @@ use arrow_array::types::{
 };
 use std::sync::Arc;
 
+use crate::Stack;
 use arrow_array::{
     Array as ArrowArray, ArrayRef, BinaryArray, FixedSizeListArray, PrimitiveArray, RecordBatch,
     StringArray, make_array,
@@ -350,36 +351,208 @@ pub(crate) fn field_at(col: &dyn ArrowArray, kind: Kind, row: usize) -> Field {
     }
 }
 
-/// Row `row` of `columns` (named `names`, of `kinds`) as a sample with id `id`; `null` makes
-/// the error for a null value in column `c`.
+/// One field of a batch: a projected column as it is, or columns stacked into one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Out {
+    /// Projected column `c`.
+    Column(usize),
+    /// Columns side by side in one `[B, width]` tensor of `dtype`: each member is a
+    /// projected column and its values per row (1 for a scalar, `k` for a fixed-size list).
+    Stacked {
+        name: String,
+        dtype: DType,
+        members: Vec<(usize, usize)>,
+        width: usize,
+    },
+}
+
+/// A batch's fields, in order: the projected columns, with a [`Stack`]'s members replaced by
+/// their stacked column where the earliest of them was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub(crate) outs: Vec<Out>,
+}
+
+impl Layout {
+    /// The layout of `stack` over projected columns `names` of `kinds` (read from `origin`).
+    pub(crate) fn new(
+        names: &[String],
+        kinds: &[Kind],
+        stack: &Stack,
+        origin: &str,
+    ) -> Result<Layout, Error> {
+        let bad = |why: String| -> Error { ConfigError::new("stack", why).into() };
+        let mut group_of: Vec<Option<usize>> = vec![None; names.len()];
+        let mut stacked = Vec::with_capacity(stack.len());
+        for (s, (name, members)) in stack.iter().enumerate() {
+            if members.is_empty() {
+                return Err(bad(format!("stack {name:?} has no columns")));
+            }
+            let mut dtype = None;
+            let mut cols = Vec::with_capacity(members.len());
+            for m in members {
+                let c = names.iter().position(|n| n == m).ok_or_else(|| {
+                    bad(format!(
+                        "stack {name:?}: {origin} has no column {m:?} among those read \
+                         ({names:?})"
+                    ))
+                })?;
+                if let Some(t) = group_of[c] {
+                    return Err(bad(format!(
+                        "column {m:?} is in stack {:?} and in stack {name:?}",
+                        stack[t].0
+                    )));
+                }
+                group_of[c] = Some(s);
+                let (d, k) = match kinds[c] {
+                    Kind::Scalar(d) if d != DType::Bool => (d, 1),
+                    Kind::List(d, k) => (d, k),
+                    other => {
+                        return Err(bad(format!(
+                            "stack {name:?}: column {m:?} is {other:?}; only numeric columns \
+                             and fixed-size lists of numbers stack"
+                        )));
+                    }
+                };
+                match dtype {
+                    None => dtype = Some((d, m)),
+                    Some((first, f)) if first != d => {
+                        return Err(bad(format!(
+                            "stack {name:?}: column {f:?} is {first} but {m:?} is {d}; the \
+                             columns of a stack share one dtype (cast them when writing, or \
+                             stack them apart)"
+                        )));
+                    }
+                    Some(_) => {}
+                }
+                cols.push((c, k));
+            }
+            let dtype = dtype.expect("a member").0;
+            let width = cols.iter().map(|&(_, k)| k).sum();
+            stacked.push(Some(Out::Stacked {
+                name: name.clone(),
+                dtype,
+                members: cols,
+                width,
+            }));
+        }
+        let mut outs = Vec::with_capacity(names.len());
+        for (c, group) in group_of.iter().enumerate() {
+            match group {
+                None => outs.push(Out::Column(c)),
+                Some(s) => outs.extend(stacked[*s].take()),
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for out in &outs {
+            let name = match out {
+                Out::Column(c) => &names[*c],
+                Out::Stacked { name, .. } => name,
+            };
+            if !seen.insert(name) {
+                return Err(bad(format!(
+                    "the batch would have two fields named {name:?}; name the stack otherwise"
+                )));
+            }
+        }
+        Ok(Layout { outs })
+    }
+
+    /// The batch's field names, in order.
+    pub(crate) fn names(&self, names: &[String]) -> Vec<String> {
+        self.outs
+            .iter()
+            .map(|out| match out {
+                Out::Column(c) => names[*c].clone(),
+                Out::Stacked { name, .. } => name.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A stack as a manifest parameter (`x=f0,f1;y=a,b`).
+pub(crate) fn stack_param(stack: &Stack) -> String {
+    stack
+        .iter()
+        .map(|(name, members)| format!("{name}={}", members.join(",")))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Row `row` of `columns` (named `names`, of `kinds`, laid out by `layout`) as a sample with
+/// id `id`; `null` makes the error for a null value in column `c`.
 pub(crate) fn sample_at(
     id: u64,
     names: &[String],
     kinds: &[Kind],
+    layout: &Layout,
     columns: &[ArrayRef],
     row: usize,
     null: impl Fn(usize) -> Error,
 ) -> Result<Sample, Error> {
     let mut sample = Sample::new(id);
-    for (c, (name, &kind)) in names.iter().zip(kinds).enumerate() {
-        let col = columns[c].as_ref();
-        if col.is_null(row) {
-            return Err(null(c));
+    for out in &layout.outs {
+        match out {
+            &Out::Column(c) => {
+                let col = columns[c].as_ref();
+                if col.is_null(row) {
+                    return Err(null(c));
+                }
+                sample.fields.push((
+                    FieldName::Owned(names[c].clone()),
+                    field_at(col, kinds[c], row),
+                ));
+            }
+            Out::Stacked {
+                name,
+                dtype,
+                members,
+                width,
+            } => {
+                let s = dtype.size();
+                let mut v = Vec::with_capacity(width * s);
+                for &(c, k) in members {
+                    let col = columns[c].as_ref();
+                    if col.is_null(row) {
+                        return Err(null(c));
+                    }
+                    v.extend_from_slice(&fixed_values(col, kinds[c])[row * k * s..][..k * s]);
+                }
+                sample.fields.push((
+                    FieldName::Owned(name.clone()),
+                    Field::Array(Array::new(*dtype, vec![*width], Bytes::from(v))),
+                ));
+            }
         }
-        sample
-            .fields
-            .push((FieldName::Owned(name.clone()), field_at(col, kind, row)));
     }
     Ok(sample)
 }
 
+/// A fixed-width column's values as bytes, from its row 0 (a numeric scalar or a fixed-size
+/// list of numbers).
+fn fixed_values(col: &dyn ArrowArray, kind: Kind) -> &[u8] {
+    match kind {
+        Kind::List(d, _) => fixed_list_values(col, d),
+        _ => primitive_bytes(col).expect("numeric"),
+    }
+}
+
+/// Row-major copies and, for each row of a batch, `(copy, row in it)`.
+pub(crate) type Mirrors<'a> = (&'a [&'a RowMajor], &'a [(usize, usize)]);
+
 /// The columnar fast path: the batch whose row `i` is row `rows[i].1` of part `rows[i].0`
 /// (a row group, a record batch), where `parts[p]` holds part `p`'s columns (named `names`,
-/// of `kinds`). `null(part, row, column)` makes the error for a null value.
+/// of `kinds`, laid out by `layout`). `null(part, row, column)` makes the error for a null
+/// value. `mirrors`, [`RowMajor`] copies with the batch's place in them (`(copy, row)` per
+/// row, as `rows`) when the caller keeps them, serve the fixed-width fields of a batch whose
+/// rows are not consecutive.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gather(
     names: &[String],
     kinds: &[Kind],
+    layout: &Layout,
     parts: &[&[ArrayRef]],
+    mirrors: Option<Mirrors<'_>>,
     rows: &[(usize, usize)],
     pool: &BufferPool,
     null: impl Fn(usize, usize, usize) -> Error,
@@ -398,8 +571,7 @@ pub(crate) fn gather(
         }
         _ => None,
     };
-    let mut out = Vec::with_capacity(names.len());
-    for (c, (name, &kind)) in names.iter().zip(kinds).enumerate() {
+    let nulls = |c: usize| -> Result<(), Error> {
         for (p, part) in parts.iter().enumerate() {
             if part[c].null_count() > 0
                 && let Some(&(_, row)) = rows
@@ -409,94 +581,317 @@ pub(crate) fn gather(
                 return Err(null(p, row, c));
             }
         }
-        let column = match kind {
-            Kind::Scalar(DType::Bool) => {
-                let mut buf = pool.take(n);
-                for (dst, &(p, row)) in buf.as_mut_slice().iter_mut().zip(rows) {
-                    *dst = parts[p][c].as_boolean().value(row) as u8;
-                }
-                Column::Tensor(Tensor::new(DType::Bool, vec![n], buf))
+        Ok(())
+    };
+    let mirrors = mirrors.filter(|(m, at)| run.is_none() && !m.is_empty() && at.len() == n);
+    let mut out = Vec::with_capacity(layout.outs.len());
+    for (o, field) in layout.outs.iter().enumerate() {
+        if let Some((m, mrows)) = mirrors
+            && let Some(offset) = m[0].at[o]
+        {
+            let (name, dtype, shape, members) = match field {
+                &Out::Column(c) => match kinds[c] {
+                    Kind::List(d, k) => (&names[c], d, vec![n, k], vec![c]),
+                    Kind::Scalar(d) => (&names[c], d, vec![n], vec![c]),
+                    _ => unreachable!("a row-major field is fixed-width"),
+                },
+                Out::Stacked {
+                    name,
+                    dtype,
+                    members,
+                    width,
+                } => (
+                    name,
+                    *dtype,
+                    vec![n, *width],
+                    members.iter().map(|&(c, _)| c).collect(),
+                ),
+            };
+            for c in members {
+                nulls(c)?;
             }
-            Kind::Scalar(d) | Kind::List(d, _) => {
-                let k = if let Kind::List(_, k) = kind { k } else { 1 };
-                let w = d.size() * k;
-                // Each part's values as bytes, from its row 0.
-                let raws: Vec<&[u8]> = parts
-                    .iter()
-                    .map(|part| match kind {
-                        Kind::List(..) => fixed_list_values(part[c].as_ref(), d),
-                        _ => primitive_bytes(part[c].as_ref()).expect("numeric"),
-                    })
-                    .collect();
-                let mut buf = pool.take(n * w);
+            let w = shape.iter().skip(1).product::<usize>() * dtype.size();
+            let raws: Vec<&[u8]> = m.iter().map(|m| m.data.as_slice()).collect();
+            let src = Src {
+                stride: m[0].stride,
+                offset,
+            };
+            let mut buf = pool.take(n * w);
+            scatter(buf.as_mut_slice(), w, 0, w, &raws, src, mrows);
+            out.push((name.clone(), Column::Tensor(Tensor::new(dtype, shape, buf))));
+            continue;
+        }
+        let (name, column) = match field {
+            &Out::Column(c) => {
+                nulls(c)?;
+                (
+                    names[c].clone(),
+                    column(kinds[c], c, parts, rows, run, pool),
+                )
+            }
+            Out::Stacked {
+                name,
+                dtype,
+                members,
+                width,
+            } => {
+                let s = dtype.size();
+                let stride = width * s;
+                let mut buf = pool.take(n * stride);
                 let dst = buf.as_mut_slice();
-                if let Some((p, first)) = run {
-                    dst.copy_from_slice(&raws[p][first * w..(first + n) * w]);
-                    let shape = match kind {
-                        Kind::List(..) => vec![n, k],
-                        _ => vec![n],
-                    };
-                    out.push((name.clone(), Column::Tensor(Tensor::new(d, shape, buf))));
-                    continue;
+                let mut offset = 0;
+                for &(c, k) in members {
+                    nulls(c)?;
+                    let raws: Vec<&[u8]> = parts
+                        .iter()
+                        .map(|part| fixed_values(part[c].as_ref(), kinds[c]))
+                        .collect();
+                    scatter(dst, stride, offset, k * s, &raws, Src::column(k * s), rows);
+                    offset += k * s;
                 }
-                // Fixed widths copy with one move each instead of a `memcpy` call.
-                match w {
-                    1 => gather_fixed::<1>(dst, &raws, rows),
-                    2 => gather_fixed::<2>(dst, &raws, rows),
-                    4 => gather_fixed::<4>(dst, &raws, rows),
-                    8 => gather_fixed::<8>(dst, &raws, rows),
-                    16 => gather_fixed::<16>(dst, &raws, rows),
-                    _ => {
-                        for (out, &(p, row)) in dst.chunks_exact_mut(w.max(1)).zip(rows) {
-                            out.copy_from_slice(&raws[p][row * w..(row + 1) * w]);
-                        }
-                    }
-                }
-                let shape = match kind {
-                    Kind::List(..) => vec![n, k],
-                    _ => vec![n],
-                };
-                Column::Tensor(Tensor::new(d, shape, buf))
-            }
-            Kind::VarList(d) => Column::List(
-                rows.iter()
-                    .map(|&(p, row)| {
-                        let (raw, len) = list_at(parts[p][c].as_ref(), d, row);
-                        let mut buf = pool.take(raw.len());
-                        buf.as_mut_slice().copy_from_slice(raw);
-                        Tensor::new(d, vec![len], buf)
-                    })
-                    .collect(),
-            ),
-            Kind::Binary | Kind::Text => {
-                let values = rows
-                    .iter()
-                    .map(|&(p, row)| bytes_at(parts[p][c].as_ref(), row));
-                Column::Var(VarColumn::collect(pool, values, kind == Kind::Text))
+                let tensor = Tensor::new(*dtype, vec![n, *width], buf);
+                (name.clone(), Column::Tensor(tensor))
             }
         };
-        out.push((name.clone(), column));
+        out.push((name, column));
     }
     Ok(out)
 }
 
-/// Copies the `W`-byte value of each `(part, row)` of `rows` into consecutive slots of `dst`;
-/// `raws` holds each part's values from its row 0.
-fn gather_fixed<const W: usize>(dst: &mut [u8], raws: &[&[u8]], rows: &[(usize, usize)]) {
+/// Column `c` (of `kind`) of the batch `rows` of `parts`; `run` is `(part, first row)` when
+/// the rows are consecutive rows of one part.
+fn column(
+    kind: Kind,
+    c: usize,
+    parts: &[&[ArrayRef]],
+    rows: &[(usize, usize)],
+    run: Option<(usize, usize)>,
+    pool: &BufferPool,
+) -> Column {
+    let n = rows.len();
+    match kind {
+        Kind::Scalar(DType::Bool) => {
+            let mut buf = pool.take(n);
+            for (dst, &(p, row)) in buf.as_mut_slice().iter_mut().zip(rows) {
+                *dst = parts[p][c].as_boolean().value(row) as u8;
+            }
+            Column::Tensor(Tensor::new(DType::Bool, vec![n], buf))
+        }
+        Kind::Scalar(d) | Kind::List(d, _) => {
+            let (w, shape) = match kind {
+                Kind::List(_, k) => (d.size() * k, vec![n, k]),
+                _ => (d.size(), vec![n]),
+            };
+            // Each part's values as bytes, from its row 0.
+            let raws: Vec<&[u8]> = parts
+                .iter()
+                .map(|part| fixed_values(part[c].as_ref(), kind))
+                .collect();
+            let mut buf = pool.take(n * w);
+            let dst = buf.as_mut_slice();
+            match run {
+                Some((p, first)) => dst.copy_from_slice(&raws[p][first * w..(first + n) * w]),
+                None => scatter(dst, w, 0, w, &raws, Src::column(w), rows),
+            }
+            Column::Tensor(Tensor::new(d, shape, buf))
+        }
+        Kind::VarList(d) => Column::List(
+            rows.iter()
+                .map(|&(p, row)| {
+                    let (raw, len) = list_at(parts[p][c].as_ref(), d, row);
+                    let mut buf = pool.take(raw.len());
+                    buf.as_mut_slice().copy_from_slice(raw);
+                    Tensor::new(d, vec![len], buf)
+                })
+                .collect(),
+        ),
+        Kind::Binary | Kind::Text => {
+            let values = rows
+                .iter()
+                .map(|&(p, row)| bytes_at(parts[p][c].as_ref(), row));
+            Column::Var(VarColumn::collect(pool, values, kind == Kind::Text))
+        }
+    }
+}
+
+/// Where a fixed-width value sits in its part's raw bytes: row `r`'s `w` bytes start at
+/// `r * stride + offset` (a column: `stride = w`, `offset = 0`; a row-major copy: its row
+/// width and the column's place in a row).
+#[derive(Debug, Clone, Copy)]
+struct Src {
+    stride: usize,
+    offset: usize,
+}
+
+impl Src {
+    const fn column(w: usize) -> Src {
+        Src {
+            stride: w,
+            offset: 0,
+        }
+    }
+}
+
+/// Copies the `w`-byte value of each `(part, row)` of `rows`, at `src` in `raws[part]`, to
+/// `dst[i * stride + offset..]` for the batch's row `i`. Common widths copy with one move
+/// each instead of a `memcpy` call.
+fn scatter(
+    dst: &mut [u8],
+    stride: usize,
+    offset: usize,
+    w: usize,
+    raws: &[&[u8]],
+    src: Src,
+    rows: &[(usize, usize)],
+) {
+    match w {
+        1 => scatter_fixed::<1>(dst, stride, offset, raws, src, rows),
+        2 => scatter_fixed::<2>(dst, stride, offset, raws, src, rows),
+        4 => scatter_fixed::<4>(dst, stride, offset, raws, src, rows),
+        8 => scatter_fixed::<8>(dst, stride, offset, raws, src, rows),
+        16 => scatter_fixed::<16>(dst, stride, offset, raws, src, rows),
+        32 => scatter_fixed::<32>(dst, stride, offset, raws, src, rows),
+        64 => scatter_fixed::<64>(dst, stride, offset, raws, src, rows),
+        _ => {
+            for (i, &(p, row)) in rows.iter().enumerate() {
+                let at = i * stride + offset;
+                let from = row * src.stride + src.offset;
+                dst[at..at + w].copy_from_slice(&raws[p][from..from + w]);
+            }
+        }
+    }
+}
+
+fn scatter_fixed<const W: usize>(
+    dst: &mut [u8],
+    stride: usize,
+    offset: usize,
+    raws: &[&[u8]],
+    src: Src,
+    rows: &[(usize, usize)],
+) {
     let value = |raw: &[u8], row: usize| -> [u8; W] {
-        raw[row * W..(row + 1) * W]
-            .try_into()
-            .expect("a slice of W bytes")
+        let from = row * src.stride + src.offset;
+        raw[from..from + W].try_into().expect("a slice of W bytes")
     };
+    let slots = dst[offset..].chunks_mut(stride).map(|s| &mut s[..W]);
     if let [raw] = raws {
         // The common case: the whole batch from one part.
-        for (out, &(_, row)) in dst.chunks_exact_mut(W).zip(rows) {
+        for (out, &(_, row)) in slots.zip(rows) {
             out.copy_from_slice(&value(raw, row));
         }
     } else {
-        for (out, &(p, row)) in dst.chunks_exact_mut(W).zip(rows) {
+        for (out, &(p, row)) in slots.zip(rows) {
             out.copy_from_slice(&value(raws[p], row));
         }
+    }
+}
+
+/// True when some field of `layout` (over columns of `kinds`) is fixed-width: what a
+/// [`RowMajor`] copy holds.
+pub(crate) fn has_fixed(kinds: &[Kind], layout: &Layout) -> bool {
+    layout.outs.iter().any(|out| match out {
+        &Out::Column(c) => {
+            matches!(kinds[c], Kind::List(..))
+                || matches!(kinds[c], Kind::Scalar(d) if d != DType::Bool)
+        }
+        Out::Stacked { .. } => true,
+    })
+}
+
+/// Copies consecutive `W`-byte values of `src` to `dst[i * stride + offset..]`, value `i` to
+/// row `i`.
+fn spread<const W: usize>(dst: &mut [u8], stride: usize, offset: usize, src: &[u8]) {
+    for (d, v) in dst[offset..].chunks_mut(stride).zip(src.chunks_exact(W)) {
+        let v: [u8; W] = v.try_into().expect("W bytes");
+        d[..W].copy_from_slice(&v);
+    }
+}
+
+/// A part's fixed-width fields (numeric columns, fixed-size lists, stacks) interleaved row by
+/// row, for gathers in random order: a row's values then share one or two cache lines
+/// instead of taking one per column (a batch of random rows from columns that do not fit in
+/// cache is a miss per column per row). Fields are in layout order, a stack's members next
+/// to each other.
+#[derive(Debug)]
+pub(crate) struct RowMajor {
+    data: Vec<u8>,
+    stride: usize,
+    /// Each layout field's byte offset in a row (`None`: not fixed-width, gathered from its
+    /// column).
+    at: Vec<Option<usize>>,
+}
+
+impl RowMajor {
+    /// The row-major copy of rows `first..first + rows` of `columns` (of `kinds`, laid out
+    /// by `layout`); empty rows when no field is fixed-width ([`has_fixed`]).
+    pub(crate) fn new(
+        kinds: &[Kind],
+        layout: &Layout,
+        columns: &[ArrayRef],
+        first: usize,
+        rows: usize,
+    ) -> RowMajor {
+        // (column, bytes per row) of every fixed-width column, in layout order.
+        let mut cols: Vec<(usize, usize)> = Vec::new();
+        let mut at = Vec::with_capacity(layout.outs.len());
+        let mut stride = 0;
+        for out in &layout.outs {
+            let before = cols.len();
+            match out {
+                &Out::Column(c) => match kinds[c] {
+                    Kind::Scalar(d) if d != DType::Bool => cols.push((c, d.size())),
+                    Kind::List(d, k) => cols.push((c, d.size() * k)),
+                    _ => {}
+                },
+                Out::Stacked { dtype, members, .. } => {
+                    cols.extend(members.iter().map(|&(c, k)| (c, k * dtype.size())));
+                }
+            }
+            if cols.len() == before {
+                at.push(None);
+            } else {
+                at.push(Some(stride));
+                stride += cols[before..].iter().map(|&(_, w)| w).sum::<usize>();
+            }
+        }
+        // Each column's bytes for the rows and its offset in a row.
+        let mut offset = 0;
+        let sources: Vec<(&[u8], usize, usize)> = cols
+            .iter()
+            .map(|&(c, w)| {
+                let raw =
+                    &fixed_values(columns[c].as_ref(), kinds[c])[first * w..(first + rows) * w];
+                offset += w;
+                (raw, w, offset - w)
+            })
+            .collect();
+        // Rows are interleaved a tile at a time in a buffer small enough to stay in L1, then
+        // appended: the copy's memory is written once (no zeroing pass before).
+        let tile = (16 << 10) / stride.max(1) + 1;
+        let mut buf = vec![0u8; tile * stride];
+        let mut data = Vec::with_capacity(rows * stride);
+        for lo in (0..rows).step_by(tile) {
+            let n = tile.min(rows - lo);
+            let dst = &mut buf[..n * stride];
+            for &(raw, w, offset) in &sources {
+                let src = &raw[lo * w..(lo + n) * w];
+                match w {
+                    1 => spread::<1>(dst, stride, offset, src),
+                    2 => spread::<2>(dst, stride, offset, src),
+                    4 => spread::<4>(dst, stride, offset, src),
+                    8 => spread::<8>(dst, stride, offset, src),
+                    16 => spread::<16>(dst, stride, offset, src),
+                    _ => {
+                        for (d, v) in dst[offset..].chunks_mut(stride).zip(src.chunks_exact(w)) {
+                            d[..w].copy_from_slice(v);
+                        }
+                    }
+                }
+            }
+            data.extend_from_slice(dst);
+        }
+        RowMajor { data, stride, at }
     }
 }
 

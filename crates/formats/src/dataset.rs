@@ -37,8 +37,8 @@ use chute_io::Location;
 
 use crate::example::ExampleOptions;
 use crate::{
-    IndexMode, TfRecordOptions, TfRecordSource, TokenOptions, TokenSource, WebDatasetOptions,
-    WebDatasetSource, expand_braces,
+    IndexMode, Stack, TfRecordOptions, TfRecordSource, TokenOptions, TokenSource,
+    WebDatasetOptions, WebDatasetSource, expand_braces,
 };
 
 /// The file name [`open`] looks for in a directory, and `chute index` writes.
@@ -164,6 +164,8 @@ pub struct OpenOptions {
     /// Parquet and Arrow: rows per shard (row groups and record batches are split into
     /// chunks of this many rows).
     pub chunk_rows: Option<usize>,
+    /// Parquet and Arrow: columns stacked into one `[B, k]` column (see [`Stack`]).
+    pub stack: Stack,
     /// Tar and TFRecord: where shard indexes come from.
     pub index: IndexMode,
     /// TFRecord: records as raw bytes (a `record` field) instead of `tf.train.Example`s.
@@ -184,6 +186,7 @@ impl Default for OpenOptions {
             out_dtype: DType::I64,
             columns: None,
             chunk_rows: None,
+            stack: Stack::new(),
             index: IndexMode::Auto,
             raw: false,
             verify_checksums: true,
@@ -400,6 +403,7 @@ fn open_arrow(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Source
     let opts = crate::ipc::ArrowOptions {
         columns: options.columns.clone(),
         chunk_rows: options.chunk_rows,
+        stack: options.stack.clone(),
     };
     Ok(Arc::new(crate::ipc::ArrowSource::open(files, opts)?))
 }
@@ -418,6 +422,7 @@ fn open_parquet(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Sour
     let opts = crate::parquet::ParquetOptions {
         columns: options.columns.clone(),
         chunk_rows: options.chunk_rows,
+        stack: options.stack.clone(),
         ..Default::default()
     };
     Ok(Arc::new(crate::parquet::ParquetSource::open(files, opts)?))

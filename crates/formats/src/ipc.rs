@@ -32,7 +32,7 @@ use chute_core::{
 
 use chute_io::AtomicFile;
 
-use crate::columnar::{self, Kind};
+use crate::columnar::{self, Kind, Layout};
 
 /// How to read Arrow IPC data.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +42,8 @@ pub struct ArrowOptions {
     /// Rows per shard (default 16,384): record batches (or the indices mapping) are split
     /// into chunks of this many rows.
     pub chunk_rows: Option<usize>,
+    /// Columns stacked into one `[B, k]` column (see [`Stack`](crate::Stack)).
+    pub stack: crate::Stack,
 }
 
 /// Default rows per shard.
@@ -84,6 +86,7 @@ pub struct ArrowSource {
     origin: String,
     names: Vec<String>,
     kinds: Vec<Kind>,
+    layout: Layout,
     manifest: Manifest,
     /// Samples in the dataset.
     len: u64,
@@ -306,8 +309,12 @@ impl ArrowSource {
                 }
             }
         }
-        let manifest = Manifest::new(crate::Format::Arrow.name(), shards)
+        let layout = Layout::new(&names, &kinds, &options.stack, &origin)?;
+        let mut manifest = Manifest::new(crate::Format::Arrow.name(), shards)
             .with_param("columns", names.join(","));
+        if !options.stack.is_empty() {
+            manifest = manifest.with_param("stack", columnar::stack_param(&options.stack));
+        }
         let len = manifest.total_samples();
         Ok(ArrowSource {
             files,
@@ -317,6 +324,7 @@ impl ArrowSource {
             origin,
             names,
             kinds,
+            layout,
             manifest,
             len,
         })
@@ -419,9 +427,15 @@ impl Source for ArrowSource {
     fn read(&self, id: u64) -> Result<Sample, Error> {
         let (p, row) = self.locate(self.row(id)?);
         let columns = self.part(p)?;
-        columnar::sample_at(id, &self.names, &self.kinds, columns, row, |c| {
-            self.null_error(p, row, c)
-        })
+        columnar::sample_at(
+            id,
+            &self.names,
+            &self.kinds,
+            &self.layout,
+            columns,
+            row,
+            |c| self.null_error(p, row, c),
+        )
     }
 
     fn collate(
@@ -461,7 +475,9 @@ impl ArrowSource {
         columnar::gather(
             &self.names,
             &self.kinds,
+            &self.layout,
             &parts,
+            None,
             &rows,
             pool,
             |at, row, c| self.null_error(used[at], row, c),
@@ -1054,6 +1070,7 @@ mod tests {
             ArrowOptions {
                 chunk_rows: Some(3),
                 columns: Some(vec!["text".into(), "label".into()]),
+                ..Default::default()
             },
         )
         .unwrap();
@@ -1131,6 +1148,49 @@ mod tests {
     }
 
     use arrow_schema::DataType;
+
+    #[test]
+    fn stacks_columns_from_record_batches() {
+        use arrow_array::{Float32Array, Int64Array};
+        let schema = Arc::new(arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("a", DataType::Float32, false),
+            arrow_schema::Field::new("l", DataType::Int64, false),
+            arrow_schema::Field::new("b", DataType::Float32, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Float32Array::from(vec![0.0, 1.0, 2.0])),
+                Arc::new(Int64Array::from(vec![7, 8, 9])),
+                Arc::new(Float32Array::from(vec![-0.0, -1.0, -2.0])),
+            ],
+        )
+        .unwrap();
+        let options = ArrowOptions {
+            stack: vec![("x".into(), vec!["b".into(), "a".into()])],
+            ..Default::default()
+        };
+        let src = ArrowSource::from_batches(schema, vec![batch], None, "mem://t", options).unwrap();
+        let s = src.read(2).unwrap();
+        let Some(Field::Array(x)) = s.get("x") else {
+            panic!("x is an array")
+        };
+        assert_eq!(x.shape, [2]);
+        assert_eq!(
+            &x.data[..],
+            [(-2.0f32).to_le_bytes(), 2.0f32.to_le_bytes()].concat()
+        );
+        let pool = BufferPool::new(8);
+        let cols = src.collate(&[2, 0], &pool).unwrap().unwrap();
+        assert_eq!(cols[0].0, "x");
+        let x = cols[0].1.as_tensor().unwrap();
+        assert_eq!(x.shape(), [2, 2]);
+        assert_eq!(x.as_slice::<f32>().unwrap(), [-2.0, 2.0, -0.0, 0.0]);
+        assert_eq!(
+            cols[1].1.as_tensor().unwrap().as_slice::<i64>().unwrap(),
+            [9, 7]
+        );
+    }
 
     #[test]
     fn lists_bools_structs_and_an_indices_mapping() {

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use arrow_array::ArrayRef;
 use bytes::Bytes;
 use chute_core::{
-    BufferPool, Column, ConfigError, Error, Manifest, Plan, Sample, ShardInfo, Source,
+    BufferPool, Column, ConfigError, Error, Manifest, Plan, Sample, ShardInfo, Shuffle, Source,
 };
 use chute_io::AtomicFile;
 use parquet::arrow::ProjectionMask;
@@ -30,7 +30,8 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::arrow_writer::ArrowWriter;
 
-use crate::columnar::{self, Kind};
+use crate::Stack;
+use crate::columnar::{self, Kind, Layout, RowMajor};
 
 /// How to read Parquet files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -45,6 +46,8 @@ pub struct ParquetOptions {
     /// chunks keep a window's columns in cache (gathers from memory that is not in cache
     /// cost a miss per column per row).
     pub chunk_rows: Option<usize>,
+    /// Columns stacked into one `[B, k]` column (see [`Stack`]).
+    pub stack: Stack,
 }
 
 /// Default rows per shard.
@@ -69,8 +72,16 @@ struct ColumnSlot {
     value: OnceLock<Result<ArrayRef, String>>,
 }
 
-/// A row group's projected columns, in the requested order.
-type Group = Arc<[ColumnSlot]>;
+/// A cached row group: its projected columns, in the requested order, and (for plans in
+/// random order) the row-major copy of each of its chunks, made by the first gather that
+/// needs it and dropped once all the chunk's rows have been read (so the next chunk's copy
+/// reuses its memory instead of mapping new pages).
+struct Cached {
+    slots: Box<[ColumnSlot]>,
+    rows: Box<[Mutex<Option<Arc<RowMajor>>>]>,
+}
+
+type Group = Arc<Cached>;
 
 /// A decoded row group: its projected columns, in the requested order.
 type Columns = Vec<ArrayRef>;
@@ -84,18 +95,28 @@ pub struct ParquetSource {
     offsets: Vec<u64>,
     /// (row group, first row) of each shard.
     chunks: Vec<(usize, u64)>,
-    /// Global id of each row group's first row, then the total.
-    group_starts: Vec<u64>,
+    /// Rows per shard (a row group's last shard may hold fewer).
+    chunk_rows: u64,
     manifest: Manifest,
     names: Vec<String>,
     kinds: Vec<Kind>,
+    layout: Layout,
     cache: Mutex<(HashMap<usize, Group>, VecDeque<usize>)>,
     cache_groups: usize,
+    /// The plan reads rows in random order (global or block shuffle): gathers read from
+    /// row-major copies of the groups, which count against the cache (half as many groups).
+    random: AtomicBool,
     /// Rows of each row group read since the plan was last set: when the cache cannot hold
     /// every group, a group all of whose rows have been read is dropped from it at once (this
     /// epoch needs it no more), so its buffers are reused for the next group instead of new
     /// pages being mapped.
     consumed: Vec<AtomicU64>,
+    /// Rows of each shard read since the plan was last set (for its row-major copy).
+    chunk_consumed: Vec<AtomicU64>,
+    /// Place in `chunks` of each row group's first shard.
+    group_chunks: Vec<usize>,
+    /// Some batch field is fixed-width (row-major copies serve random orders).
+    mirrored: bool,
 }
 
 impl std::fmt::Debug for ParquetSource {
@@ -120,6 +141,7 @@ impl ParquetSource {
         let mut groups = Vec::new();
         let mut offsets = Vec::new();
         let mut chunks = Vec::new();
+        let mut group_chunks = Vec::new();
         let mut shards = Vec::new();
         let chunk_rows = options.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1) as u64;
         let mut first: Option<(String, columnar::Projected)> = None;
@@ -147,6 +169,7 @@ impl ParquetSource {
                 groups.push((fi, gi, rows));
                 offsets.push(rg.columns().first().map_or(0, |c| c.byte_range().0));
                 total_uncompressed += rg.total_byte_size();
+                group_chunks.push(chunks.len());
                 let mut first = 0;
                 while first < rows || (rows == 0 && first == 0) {
                     let n = chunk_rows.min(rows - first);
@@ -172,85 +195,126 @@ impl ParquetSource {
                 masks,
             });
         }
-        let columnar::Projected { names, kinds, .. } = first.expect("at least one file").1;
+        let (origin, columnar::Projected { names, kinds, .. }) = first.expect("at least one file");
+        let layout = Layout::new(&names, &kinds, &options.stack, &origin)?;
         let avg = (total_uncompressed.max(1) as usize) / groups.len().max(1);
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
         let cache_groups = (cache_bytes / avg.max(1)).max(8);
-        let manifest = Manifest::new(crate::Format::Parquet.name(), shards)
+        let mut manifest = Manifest::new(crate::Format::Parquet.name(), shards)
             .with_param("columns", names.join(","));
-        let group_starts = std::iter::once(0)
-            .chain(groups.iter().scan(0, |acc, &(_, _, rows)| {
-                *acc += rows;
-                Some(*acc)
-            }))
-            .collect();
+        if !options.stack.is_empty() {
+            manifest = manifest.with_param("stack", columnar::stack_param(&options.stack));
+        }
         Ok(ParquetSource {
             files,
             consumed: (0..groups.len()).map(|_| AtomicU64::new(0)).collect(),
+            chunk_consumed: (0..chunks.len()).map(|_| AtomicU64::new(0)).collect(),
+            group_chunks,
+            mirrored: columnar::has_fixed(&kinds, &layout),
             groups,
             offsets,
             chunks,
-            group_starts,
+            chunk_rows,
             manifest,
             names,
             kinds,
+            layout,
             cache: Mutex::new((HashMap::new(), VecDeque::new())),
             cache_groups,
+            random: AtomicBool::new(false),
         })
     }
 
-    /// The projected column names, in batch order.
+    /// The projected column names, in the files' terms (before any stack).
     pub fn columns(&self) -> &[String] {
         &self.names
+    }
+
+    /// The batch's field names, in order (stacks in place of their columns).
+    pub fn fields(&self) -> Vec<String> {
+        self.layout.names(&self.names)
     }
 
     /// Decoded row group `g`: its columns from the cache, or decoded now. Columns are the
     /// unit of decoding, so workers that need the same row group decode its columns in
     /// parallel rather than wait for one of them to decode it all.
     fn group(&self, g: usize) -> Result<Columns, Error> {
-        let slots = {
+        self.cached(g).map(|(columns, _)| columns)
+    }
+
+    /// Decoded row group `g` and its cache entry (where its row-major copy lives).
+    fn cached(&self, g: usize) -> Result<(Columns, Group), Error> {
+        let entry = {
             let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             let (map, order) = &mut *guard;
-            let slots = map
+            let entry = map
                 .entry(g)
                 .or_insert_with(|| {
-                    (0..self.names.len())
-                        .map(|_| ColumnSlot::default())
-                        .collect()
+                    Arc::new(Cached {
+                        slots: (0..self.names.len())
+                            .map(|_| ColumnSlot::default())
+                            .collect(),
+                        rows: (0..self.groups[g].2.div_ceil(self.chunk_rows).max(1))
+                            .map(|_| Mutex::new(None))
+                            .collect(),
+                    })
                 })
                 .clone();
             if let Some(pos) = order.iter().position(|&s| s == g) {
                 order.remove(pos);
             }
             order.push_back(g);
-            while order.len() > self.cache_groups {
+            while order.len() > self.capacity() {
                 if let Some(old) = order.pop_front() {
                     map.remove(&old);
                 }
             }
-            slots
+            entry
         };
+        let slots = &entry.slots;
         for (c, slot) in slots.iter().enumerate() {
             if !slot.claimed.swap(true, Ordering::AcqRel) {
                 // The claim is ours alone, so this `set` cannot find the slot already set.
                 let _ = slot.value.set(self.decode(g, c));
             }
         }
-        slots
+        let columns = slots
             .iter()
             .map(|slot| slot.value.wait().clone())
             .collect::<Result<Columns, String>>()
             .map_err(|reason| {
                 let path = self.files[self.groups[g].0].path.display().to_string();
                 Error::corrupt(path, self.offsets[g], reason)
-            })
+            })?;
+        Ok((columns, entry))
+    }
+
+    /// The row-major copy of chunk `chunk` of a row group the batch reads, made now if
+    /// no gather has made it (or since it was last dropped).
+    fn mirror(&self, (g, columns, entry): &(usize, Columns, Group), chunk: usize) -> Arc<RowMajor> {
+        let mut slot = entry.rows[chunk].lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert_with(|| {
+            let first = chunk * self.chunk_rows as usize;
+            let n = (self.groups[*g].2 as usize - first).min(self.chunk_rows as usize);
+            Arc::new(RowMajor::new(&self.kinds, &self.layout, columns, first, n))
+        })
+        .clone()
+    }
+
+    /// Row groups the cache holds: half as many when their row-major copies are kept too.
+    fn capacity(&self) -> usize {
+        if self.random.load(Ordering::Relaxed) {
+            (self.cache_groups / 2).max(8)
+        } else {
+            self.cache_groups
+        }
     }
 
     /// Counts `n` more rows read from row group `g`; once all of them have been, the group
     /// leaves the cache (buffers in use by a batch stay alive until it is built), unless the
     /// cache holds every group of the dataset: then later epochs read them from it.
     fn consume(&self, g: usize, n: u64) {
-        if self.groups.len() <= self.cache_groups {
+        if self.groups.len() <= self.capacity() {
             return;
         }
         let rows = self.groups[g].2;
@@ -344,17 +408,20 @@ impl Source for ParquetSource {
     fn read(&self, id: u64) -> Result<Sample, Error> {
         let (g, row) = self.locate(id)?;
         let rg = self.group(g)?;
-        let sample = columnar::sample_at(id, &self.names, &self.kinds, &rg, row, |c| {
-            self.null_error(g, row, c)
-        });
+        let sample =
+            columnar::sample_at(id, &self.names, &self.kinds, &self.layout, &rg, row, |c| {
+                self.null_error(g, row, c)
+            });
         drop(rg);
         self.consume(g, 1);
         sample
     }
 
     /// A new epoch (or a resumption): no row has been read yet.
-    fn set_plan(&self, _plan: &Plan) {
-        for n in &self.consumed {
+    fn set_plan(&self, plan: &Plan) {
+        let random = plan.config().shuffle != Shuffle::None;
+        self.random.store(random, Ordering::Relaxed);
+        for n in self.consumed.iter().chain(&self.chunk_consumed) {
             n.store(0, Ordering::Relaxed);
         }
     }
@@ -371,45 +438,102 @@ impl Source for ParquetSource {
 impl ParquetSource {
     /// The columnar fast path: rows gathered from cached Arrow arrays into batch buffers.
     fn gather(&self, ids: &[u64], pool: &BufferPool) -> Result<Vec<(String, Column)>, Error> {
-        // Locate every row once, by row group (not by shard: a batch's rows mostly share a
-        // row group, and there are few of them), as (place in `groups`, row in the group).
+        /// A shard the batch reads from.
+        struct Span {
+            /// Its ids.
+            ids: std::ops::Range<u64>,
+            shard: usize,
+            /// Its row group's place in `groups`, and its first row in the group.
+            place: usize,
+            first: usize,
+            /// Its row-major copy's place in `mirrors` (random orders).
+            mirror: usize,
+            /// Rows of the batch read from it.
+            read: u64,
+        }
+        let mirrored = self.mirrored && self.random.load(Ordering::Relaxed);
+        // Locate every row once, by shard (a batch's rows mostly share one, and a block
+        // shuffle's batch mixes the few of its window), as (place in `groups`, row in the
+        // group) and, in random order, (place in `mirrors`, row in the shard).
         let mut rows = Vec::with_capacity(ids.len());
-        let mut groups: Vec<(usize, Columns)> = Vec::new();
-        let total = self.group_starts.last().copied().unwrap_or(0);
-        // The row group last used: its place in `groups` and its span of ids.
-        let mut last = (usize::MAX, 0u64, 0u64);
+        let mut mrows = Vec::with_capacity(if mirrored { ids.len() } else { 0 });
+        let mut groups: Vec<(usize, Columns, Group)> = Vec::new();
+        let mut mirrors: Vec<Arc<RowMajor>> = Vec::new();
+        let mut spans: Vec<Span> = Vec::new();
+        let mut last = usize::MAX;
         for &id in ids {
-            if !(last.1..last.2).contains(&id) {
-                if id >= total {
-                    self.manifest.locate_checked(id)?;
-                }
-                let g = self.group_starts.partition_point(|&s| s <= id) - 1;
-                let place = match groups.iter().position(|(h, _)| *h == g) {
+            if spans.get(last).is_none_or(|s| !s.ids.contains(&id)) {
+                last = match spans.iter().position(|s| s.ids.contains(&id)) {
                     Some(i) => i,
                     None => {
-                        groups.push((g, self.group(g)?));
-                        groups.len() - 1
+                        let (shard, row) = self.manifest.locate_checked(id)?;
+                        let (g, first) = self.chunks[shard];
+                        let place = match groups.iter().position(|(h, ..)| *h == g) {
+                            Some(place) => place,
+                            None => {
+                                let (columns, entry) = self.cached(g)?;
+                                groups.push((g, columns, entry));
+                                groups.len() - 1
+                            }
+                        };
+                        if mirrored {
+                            let chunk = shard - self.group_chunks[g];
+                            mirrors.push(self.mirror(&groups[place], chunk));
+                        }
+                        let lo = id - row;
+                        spans.push(Span {
+                            ids: lo..lo + self.manifest.shards[shard].samples,
+                            shard,
+                            place,
+                            first: first as usize,
+                            mirror: mirrors.len().wrapping_sub(1),
+                            read: 0,
+                        });
+                        spans.len() - 1
                     }
                 };
-                last = (place, self.group_starts[g], self.group_starts[g + 1]);
             }
-            rows.push((last.0, (id - last.1) as usize));
+            let s = &mut spans[last];
+            let offset = (id - s.ids.start) as usize;
+            rows.push((s.place, s.first + offset));
+            if mirrored {
+                mrows.push((s.mirror, offset));
+            }
+            s.read += 1;
         }
-        let parts: Vec<&[ArrayRef]> = groups.iter().map(|(_, rg)| rg.as_slice()).collect();
+        let parts: Vec<&[ArrayRef]> = groups.iter().map(|(_, rg, _)| rg.as_slice()).collect();
+        let copies: Vec<&RowMajor> = mirrors.iter().map(|m| m.as_ref()).collect();
         let out = columnar::gather(
             &self.names,
             &self.kinds,
+            &self.layout,
             &parts,
+            Some((copies.as_slice(), mrows.as_slice())),
             &rows,
             pool,
             |p, row, c| self.null_error(groups[p].0, row, c),
         );
-        let mut per = vec![0u64; groups.len()];
-        for &(p, _) in &rows {
-            per[p] += 1;
-        }
-        let ids: Vec<usize> = groups.iter().map(|(g, _)| *g).collect();
+        drop(copies);
+        drop(mirrors);
         drop(parts);
+        let mut per = vec![0u64; groups.len()];
+        for span in &spans {
+            per[span.place] += span.read;
+            if !mirrored {
+                continue;
+            }
+            // A shard all of whose rows have been read needs its copy no more this epoch.
+            let rows = self.manifest.shards[span.shard].samples;
+            let before = self.chunk_consumed[span.shard].fetch_add(span.read, Ordering::Relaxed);
+            if before < rows && before + span.read >= rows {
+                let (g, _, entry) = &groups[span.place];
+                entry.rows[span.shard - self.group_chunks[*g]]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+            }
+        }
+        let ids: Vec<usize> = groups.iter().map(|(g, ..)| *g).collect();
         drop(groups);
         for (g, n) in ids.into_iter().zip(per) {
             self.consume(g, n);
@@ -516,7 +640,7 @@ impl ParquetWriter {
 mod tests {
     use super::*;
     use crate::check::{ReaderUnderTest, check_reader, same_sample};
-    use chute_core::{Array, DType, Field};
+    use chute_core::{Array, DType, Field, PlanConfig};
 
     fn sample(i: u64) -> Sample {
         let label = (i as i64 * 7 - 3).to_le_bytes();
@@ -705,6 +829,127 @@ mod tests {
         let all_in = ParquetSource::open(&[&a], ParquetOptions::default()).unwrap();
         all_in.gather(&[0, 1, 2, 3], &pool).unwrap();
         assert!(all_in.cache.lock().unwrap().0.contains_key(&0));
+    }
+
+    /// Row `i` of the stack test: floats `a`, `b`, a 3-float list `v`, an id, a caption.
+    fn stack_sample(i: u64) -> Sample {
+        let f = |x: f32| {
+            Field::Array(Array::new(
+                DType::F32,
+                vec![],
+                Bytes::copy_from_slice(&x.to_le_bytes()),
+            ))
+        };
+        let v: Vec<u8> = (0..3)
+            .flat_map(|k| (i as f32 * 10.0 + k as f32).to_le_bytes())
+            .collect();
+        Sample::new(i)
+            .with("a", f(i as f32))
+            .with(
+                "id",
+                Field::Array(Array::new(
+                    DType::I64,
+                    vec![],
+                    Bytes::copy_from_slice(&(i as i64).to_le_bytes()),
+                )),
+            )
+            .with("b", f(-(i as f32)))
+            .with(
+                "v",
+                Field::Array(Array::new(DType::F32, vec![3], Bytes::from(v))),
+            )
+            .with("t", Field::Text(Bytes::from(format!("t{i}"))))
+    }
+
+    /// What the stack `s = [b, v, a]` holds for row `i`.
+    fn stacked(i: u64) -> [f32; 5] {
+        let x = i as f32;
+        [-x, x * 10.0, x * 10.0 + 1.0, x * 10.0 + 2.0, x]
+    }
+
+    #[test]
+    fn stacks_are_one_column_on_every_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<Sample> = (0..40).map(stack_sample).collect();
+        let a = write(dir.path(), "a.parquet", &rows[..25], 10);
+        let b = write(dir.path(), "b.parquet", &rows[25..], 7);
+        let stack = vec![("s".to_string(), vec!["b".into(), "v".into(), "a".into()])];
+        let opts = ParquetOptions {
+            chunk_rows: Some(4),
+            stack: stack.clone(),
+            ..Default::default()
+        };
+        let src = ParquetSource::open(&[&a, &b], opts).unwrap();
+        assert_eq!(src.fields(), ["s", "id", "t"], "the stack takes a's place");
+        assert!(src.manifest().params.get("stack").is_some());
+        // Per sample.
+        for id in [0u64, 13, 39] {
+            let sample = src.read(id).unwrap();
+            let Some(Field::Array(s)) = sample.get("s") else {
+                panic!()
+            };
+            assert_eq!(s.shape, [5]);
+            let want: Vec<u8> = stacked(id).iter().flat_map(|x| x.to_le_bytes()).collect();
+            assert_eq!(&s.data[..], &want[..]);
+            assert!(sample.get("a").is_none() && sample.get("v").is_none());
+        }
+        let pool = BufferPool::new(8);
+        let check = |ids: &[u64]| {
+            let cols = src.collate(ids, &pool).unwrap().unwrap();
+            let names: Vec<&str> = cols.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["s", "id", "t"]);
+            let s = cols[0].1.as_tensor().unwrap();
+            assert_eq!(s.shape(), [ids.len(), 5]);
+            let want: Vec<f32> = ids.iter().flat_map(|&i| stacked(i)).collect();
+            assert_eq!(s.as_slice::<f32>().unwrap(), &want[..], "ids {ids:?}");
+            let id = cols[1].1.as_tensor().unwrap();
+            let want: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+            assert_eq!(id.as_slice::<i64>().unwrap(), &want[..]);
+            let Column::Var(t) = &cols[2].1 else { panic!() };
+            assert_eq!(
+                t.get(ids.len() - 1),
+                format!("t{}", ids[ids.len() - 1]).as_bytes()
+            );
+        };
+        // File order: a run inside a row group, one across groups and files.
+        check(&[10, 11, 12, 13]);
+        check(&[18, 19, 20, 21, 22, 23, 24, 25, 26]);
+        // Random order: from the row-major copies of the chunks, before and after each
+        // chunk has been read whole (its copy dropped, then made again).
+        for shuffle in [Shuffle::Block { window: 2 }, Shuffle::Global] {
+            let cfg = PlanConfig {
+                shuffle,
+                ..Default::default()
+            };
+            src.set_plan(&Plan::new(src.manifest(), &cfg).unwrap());
+            check(&[39, 0, 17, 3, 25, 24, 9]);
+            check(&(0..40).rev().collect::<Vec<_>>());
+            check(&[5, 5, 6, 7, 4]);
+            check(&[39, 0, 17, 3, 25, 24, 9]);
+        }
+        // Stacks the columns cannot make are refused, naming what is wrong.
+        let bad = |stack: Vec<(&str, Vec<&str>)>| {
+            let opts = ParquetOptions {
+                stack: stack
+                    .into_iter()
+                    .map(|(n, m)| (n.to_string(), m.into_iter().map(String::from).collect()))
+                    .collect(),
+                ..Default::default()
+            };
+            ParquetSource::open(&[&a], opts).unwrap_err().to_string()
+        };
+        let e = bad(vec![("s", vec!["a", "nope"])]);
+        assert!(e.contains("no column \"nope\""), "{e}");
+        let e = bad(vec![("s", vec!["a", "id"])]);
+        assert!(e.contains("share one dtype") && e.contains("\"id\""), "{e}");
+        let e = bad(vec![("s", vec!["a", "t"])]);
+        assert!(e.contains("only numeric columns"), "{e}");
+        let e = bad(vec![("s", vec!["a"]), ("u", vec!["b", "a"])]);
+        assert!(e.contains("in stack \"s\" and in stack \"u\""), "{e}");
+        let e = bad(vec![("id", vec!["a", "b"])]);
+        assert!(e.contains("two fields named \"id\""), "{e}");
+        let e = bad(vec![("s", vec![])]);
+        assert!(e.contains("has no columns"), "{e}");
     }
 
     #[test]
