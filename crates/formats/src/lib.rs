@@ -16,6 +16,10 @@
 //! - `ipc` (feature `arrow`): `ArrowSource` over Arrow IPC files and streams (memory-mapped,
 //!   decoded per record batch on first use), or over record batches handed over through the
 //!   Arrow C stream interface with a Hugging Face indices mapping.
+//! - [`megatron`]: Megatron-Core's indexed datasets (`.bin` + `.idx`), [`MegatronIndex`] and
+//!   [`MegatronWriter`]; [`Documents`]: where documents lie in token files (a Megatron index,
+//!   or flat files split at an end-of-sequence id); [`PackedSource`]: documents packed into
+//!   training rows (`concat`, `document`, `best_fit`; [`pack`]).
 //! - [`open`], [`Dataset`], [`Format`], [`OpenOptions`]: the one way to open a dataset from
 //!   paths, URLs, brace patterns, globs, folders or a manifest, the format given or detected.
 //! - `check::check_reader` (feature `testing`): the conformance suite every reader passes.
@@ -52,12 +56,15 @@ pub mod check;
 #[cfg(feature = "arrow")]
 mod columnar;
 mod dataset;
+pub mod documents;
 pub mod example;
 mod ids;
 mod indexed;
 #[cfg(feature = "arrow")]
 pub mod ipc;
+pub mod megatron;
 pub mod mixture;
+pub mod pack;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod tar;
@@ -68,7 +75,10 @@ mod tokens;
 pub mod webdataset;
 
 pub use dataset::{DEFAULT_SEQ_LEN, Dataset, Format, MANIFEST_NAME, OpenOptions, open};
+pub use documents::Documents;
 pub use ids::{parse_token_text, token_ids_from_npy};
+pub use megatron::{MegatronIndex, MegatronWriter};
+pub use pack::{Long, Pack, PackOptions, PackedSource};
 
 /// Columnar columns (Parquet, Arrow) stacked side by side into one column: `(name,
 /// members)`. The members, numeric scalars or fixed-size lists of one dtype, leave the batch;

@@ -1,0 +1,896 @@
+//! Documents packed into training rows: [`PackedSource`] over [`Documents`].
+//!
+//! Every mode is a pure function of the documents, the options and the loader's plan (seed,
+//! epoch), so order, the rank split, resumption from any batch and elastic resumption work as
+//! for any source, and the epoch's sample count is known when the source is opened.
+//!
+//! | mode | sample `i` | columns (per sample) |
+//! | --- | --- | --- |
+//! | `concat` | window `i` of `seq_len + 1` tokens of the epoch's documents concatenated | `tokens` `[seq_len + 1]` (`out_dtype`) |
+//! | `document` | the same window | `tokens`; `position_ids` `[seq_len + 1]` `int64`, from 0 at the window's start and at every document's; `segment_ids` `[seq_len + 1]` `int32`, 1 for the window's first document (piece), 2 for the next, ...; `cu_seqlens` `[k + 1]` `int32`, the offsets where the window's `k` pieces start, then `seq_len + 1` (a list per batch; `pad=True` pads it) |
+//! | `best_fit` | row `i` of whole documents packed into `seq_len` tokens | `tokens` `[seq_len]`, padded with `pad_id`; `position_ids` `[seq_len]` `int64` (0 on padding); `segment_ids` `[seq_len]` `int32` (0 on padding); `loss_mask` `[seq_len]` `bool` (false on padding) |
+//!
+//! `concat` and `document`: with a shuffling plan the documents are put in a new order every
+//! epoch (keyed by the plan's seed and epoch; the plan then shuffles the windows too, as
+//! Megatron's `GPTDataset` shuffles both); without, they keep the files' order, so the windows
+//! are the files' token stream cut every `seq_len + 1` tokens, across document and file
+//! boundaries. Every token of an epoch is in exactly one window, except the tail: the
+//! `T mod (seq_len + 1)` tokens after the epoch's last whole window (of the `T` tokens of
+//! the concatenation) are not read that epoch. The epoch's document order comes through
+//! [`Source::set_plan`], so a packed source, like a mixture, follows one loader at a time.
+//!
+//! `best_fit`: documents, in an order keyed by [`PackOptions::seed`], are taken a window of
+//! [`PackOptions::window`] at a time and placed, longest first, each into the open row with
+//! the least room that holds it (best-fit decreasing), a new row when none does; a window's
+//! rows close when it ends, so memory stays bounded. A document never splits unless it is
+//! longer than `seq_len` ([`Long`]: split into `seq_len`-token pieces, or dropped). The rows
+//! are made once, when the source is opened; epochs shuffle them through the plan.
+//!
+//! [`PackOptions::eos_id`] is appended after every document (for documents stored without
+//! one; flat files split at their end-of-sequence id keep it as their last token already).
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use chute_core::{
+    Array, BufferPool, Column, ConfigError, DType, Error, Field, FieldName, Manifest, Permutation,
+    Plan, Sample, ShardInfo, Shuffle, Source, Tensor, cast_into, check_cast, derive_key,
+};
+
+use crate::documents::Documents;
+
+/// How documents become rows (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pack {
+    /// Windows of `seq_len + 1` tokens across documents.
+    #[default]
+    Concat,
+    /// `concat`'s windows with position and segment ids and `cu_seqlens`.
+    Document,
+    /// Whole documents in rows of `seq_len` tokens, best-fit decreasing.
+    BestFit,
+}
+
+impl Pack {
+    /// Every mode.
+    pub const ALL: [Pack; 3] = [Pack::Concat, Pack::Document, Pack::BestFit];
+
+    /// `concat`, `document` or `best_fit`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pack::Concat => "concat",
+            Pack::Document => "document",
+            Pack::BestFit => "best_fit",
+        }
+    }
+}
+
+impl std::fmt::Display for Pack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Pack {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Pack, ConfigError> {
+        Pack::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "pack",
+                    format!("{s:?} is not a packing mode; use concat, document or best_fit"),
+                )
+            })
+    }
+}
+
+/// `best_fit`: what happens to a document longer than `seq_len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Long {
+    /// Split into pieces of `seq_len` tokens (and a last, shorter piece), packed as
+    /// documents of their own.
+    #[default]
+    Split,
+    /// Left out.
+    Drop,
+}
+
+/// How to pack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PackOptions {
+    /// The mode.
+    pub pack: Pack,
+    /// Tokens a model trains on per row (windows hold one more: the shifted targets).
+    pub seq_len: usize,
+    /// The dtype of `tokens` (default `int64`).
+    pub out_dtype: DType,
+    /// An id appended after every document.
+    pub eos_id: Option<u32>,
+    /// `best_fit`: the padding id (default 0).
+    pub pad_id: u32,
+    /// `best_fit`: documents longer than `seq_len`.
+    pub long: Long,
+    /// `best_fit`: documents per packing window (default 1,024).
+    pub window: usize,
+    /// `best_fit`: the key of the order documents are packed in (default 0).
+    pub seed: u64,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        PackOptions {
+            pack: Pack::Concat,
+            seq_len: 1024,
+            out_dtype: DType::I64,
+            eos_id: None,
+            pad_id: 0,
+            long: Long::Split,
+            window: 1024,
+            seed: 0,
+        }
+    }
+}
+
+/// A tag for the keys of packing orders.
+const TAG_DOCS: u64 = 0x7061_636b_646f_6373; // "packdocs"
+const TAG_FIT: u64 = 0x7061_636b_5f66_6974; // "pack_fit"
+
+/// Samples per virtual shard (what block shuffle permutes).
+const PER_SHARD: u64 = 1024;
+
+/// An epoch's document order for `concat` / `document`.
+#[derive(Debug)]
+struct Order {
+    /// `(seed, epoch)` of a shuffled order; `None` for the files' order.
+    key: Option<(u64, u64)>,
+    perm: Option<Permutation>,
+    /// Tokens (with `eos_id`) before each document of the order, then the total.
+    prefix: Vec<u64>,
+}
+
+/// A piece of a document in a `best_fit` row: tokens `off..off + len` of the document with
+/// its `eos_id` appended.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    doc: u64,
+    off: u64,
+    len: u32,
+}
+
+/// `best_fit`'s rows: row `r` is `pieces[starts[r]..starts[r + 1]]`.
+#[derive(Debug, Default)]
+struct Rows {
+    starts: Vec<u64>,
+    pieces: Vec<Piece>,
+}
+
+/// Documents packed into rows, as a [`Source`] (see the module documentation).
+#[derive(Debug)]
+pub struct PackedSource {
+    docs: Documents,
+    options: PackOptions,
+    manifest: Manifest,
+    order: RwLock<Arc<Order>>,
+    rows: Rows,
+    /// `best_fit`: documents left out (longer than `seq_len` with [`Long::Drop`]).
+    dropped: u64,
+}
+
+impl PackedSource {
+    /// Packs `docs` as `options` say. Fails with a [`ConfigError`] for a zero `seq_len` or
+    /// `window`, an `out_dtype` the tokens cannot be cast to, or ids that do not fit it.
+    pub fn new(docs: Documents, options: PackOptions) -> Result<PackedSource, Error> {
+        if options.seq_len == 0 || options.seq_len >= u32::MAX as usize {
+            return Err(ConfigError::new(
+                "seq_len",
+                format!("{} tokens per row; pass 1 to 2^32 - 2", options.seq_len),
+            )
+            .into());
+        }
+        if options.window == 0 {
+            return Err(ConfigError::new("window", "0 documents per packing window").into());
+        }
+        check_cast(docs.dtype(), options.out_dtype)
+            .map_err(|e| ConfigError::new("out_dtype", e.reason))?;
+        check_cast(DType::U32, options.out_dtype)
+            .map_err(|e| ConfigError::new("out_dtype", e.reason))?;
+        let order = Arc::new(Self::order(&docs, &options, None));
+        let (rows, dropped) = match options.pack {
+            Pack::BestFit => Self::best_fit(&docs, &options),
+            _ => (Rows::default(), 0),
+        };
+        let samples = match options.pack {
+            Pack::BestFit => rows.starts.len().saturating_sub(1) as u64,
+            _ => order.prefix.last().copied().unwrap_or(0) / (options.seq_len as u64 + 1),
+        };
+        let name = docs.names().first().cloned().unwrap_or_default();
+        let shards = (0..samples.div_ceil(PER_SHARD))
+            .map(|i| ShardInfo {
+                path: format!("{name}#{}{}", options.pack, i * PER_SHARD),
+                samples: PER_SHARD.min(samples - i * PER_SHARD),
+                bytes: 0,
+            })
+            .collect();
+        let mut manifest = Manifest::new("packed", shards)
+            .with_param("documents", docs.kind())
+            .with_param("pack", options.pack.name())
+            .with_param("seq_len", options.seq_len)
+            .with_param("files", docs.names().join(","))
+            .with_param(
+                "sizes",
+                docs.sizes()
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+        if let Some(e) = options.eos_id {
+            manifest = manifest.with_param("eos_id", e);
+        }
+        if options.pack == Pack::BestFit {
+            manifest = manifest
+                .with_param("pad_id", options.pad_id)
+                .with_param("long", format!("{:?}", options.long))
+                .with_param("window", options.window)
+                .with_param("seed", options.seed);
+        }
+        Ok(PackedSource {
+            docs,
+            options,
+            manifest,
+            order: RwLock::new(order),
+            rows,
+            dropped,
+        })
+    }
+
+    /// The documents.
+    pub fn documents(&self) -> &Documents {
+        &self.docs
+    }
+
+    /// The options.
+    pub fn options(&self) -> &PackOptions {
+        &self.options
+    }
+
+    /// `best_fit`: documents left out for being longer than `seq_len` ([`Long::Drop`]).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// `best_fit`: the fraction of row tokens that are padding.
+    pub fn padding_fraction(&self) -> f64 {
+        let rows = self.rows.starts.len().saturating_sub(1) as u64;
+        if rows == 0 {
+            return 0.0;
+        }
+        let used: u64 = self.rows.pieces.iter().map(|p| u64::from(p.len)).sum();
+        1.0 - used as f64 / (rows * self.options.seq_len as u64) as f64
+    }
+
+    /// Document `d`'s length with `eos_id`.
+    fn eff_len(docs: &Documents, options: &PackOptions, d: u64) -> u64 {
+        docs.doc_len(d) + u64::from(options.eos_id.is_some())
+    }
+
+    /// The document order for `key` (`None`: the files' order) and its token prefix.
+    fn order(docs: &Documents, options: &PackOptions, key: Option<(u64, u64)>) -> Order {
+        let n = docs.len();
+        let perm =
+            key.map(|(seed, epoch)| Permutation::new(n, derive_key(&[seed, epoch, TAG_DOCS])));
+        let mut prefix = Vec::with_capacity(n as usize + 1);
+        let mut acc = 0u64;
+        prefix.push(0);
+        for k in 0..n {
+            let d = perm.as_ref().map_or(k, |p| p.apply(k));
+            acc += Self::eff_len(docs, options, d);
+            prefix.push(acc);
+        }
+        Order { key, perm, prefix }
+    }
+
+    /// `best_fit`'s rows and the documents dropped.
+    fn best_fit(docs: &Documents, options: &PackOptions) -> (Rows, u64) {
+        let n = docs.len();
+        let cap = options.seq_len as u64;
+        let perm = Permutation::new(n, derive_key(&[options.seed, TAG_FIT]));
+        let mut rows = Rows {
+            starts: vec![0],
+            pieces: Vec::new(),
+        };
+        let mut dropped = 0;
+        let mut pieces: Vec<Piece> = Vec::new();
+        let mut open: Vec<Vec<Piece>> = Vec::new();
+        // Open rows by room left: (room, row).
+        let mut room: BTreeSet<(u64, usize)> = BTreeSet::new();
+        let mut k = 0;
+        while k < n {
+            let end = (k + options.window as u64).min(n);
+            pieces.clear();
+            for j in k..end {
+                let doc = perm.apply(j);
+                let len = Self::eff_len(docs, options, doc);
+                if len > cap && options.long == Long::Drop {
+                    dropped += 1;
+                    continue;
+                }
+                let mut off = 0;
+                while off < len {
+                    let take = (len - off).min(cap);
+                    pieces.push(Piece {
+                        doc,
+                        off,
+                        len: take as u32,
+                    });
+                    off += take;
+                }
+            }
+            // Longest first; ties keep the window's order (a stable sort).
+            pieces.sort_by_key(|p| std::cmp::Reverse(p.len));
+            for &p in &pieces {
+                let len = u64::from(p.len);
+                let fit = room.range((len, 0)..).next().copied();
+                let row = match fit {
+                    Some((left, row)) => {
+                        room.remove(&(left, row));
+                        if left > len {
+                            room.insert((left - len, row));
+                        }
+                        row
+                    }
+                    None => {
+                        open.push(Vec::new());
+                        if cap > len {
+                            room.insert((cap - len, open.len() - 1));
+                        }
+                        open.len() - 1
+                    }
+                };
+                open[row].push(p);
+            }
+            for row in open.drain(..) {
+                rows.pieces.extend(row);
+                rows.starts.push(rows.pieces.len() as u64);
+            }
+            room.clear();
+            k = end;
+        }
+        (rows, dropped)
+    }
+
+    /// The order for the current epoch.
+    fn current(&self) -> Arc<Order> {
+        Arc::clone(&self.order.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Copies tokens `off..off + len` of document `doc` (with `eos_id` after its last token)
+    /// into `dst` (`len` values of `out_dtype`).
+    fn copy_tokens(&self, doc: u64, off: u64, len: u64, dst: &mut [u8]) {
+        let (file, first, n) = self.docs.doc(doc);
+        let os = self.options.out_dtype.size();
+        let real = len.min(n.saturating_sub(off));
+        if real > 0 {
+            let src = self.docs.token_bytes(file, first + off, real);
+            cast_into(
+                self.docs.dtype(),
+                src,
+                self.options.out_dtype,
+                &mut dst[..real as usize * os],
+            );
+        }
+        if real < len {
+            // The rest is the appended EOS (one token: `len` never runs past it).
+            let eos = self.options.eos_id.unwrap_or(0).to_le_bytes();
+            cast_into(
+                DType::U32,
+                &eos,
+                self.options.out_dtype,
+                &mut dst[real as usize * os..(real as usize + 1) * os],
+            );
+        }
+    }
+
+    /// The pieces of sample `id`: (document, offset, length) in order.
+    fn pieces(&self, order: &Order, id: u64, out: &mut Vec<(u64, u64, u64)>) {
+        out.clear();
+        match self.options.pack {
+            Pack::BestFit => {
+                let r = id as usize;
+                let (a, b) = (
+                    self.rows.starts[r] as usize,
+                    self.rows.starts[r + 1] as usize,
+                );
+                out.extend(
+                    self.rows.pieces[a..b]
+                        .iter()
+                        .map(|p| (p.doc, p.off, u64::from(p.len))),
+                );
+            }
+            _ => {
+                let w = self.options.seq_len as u64 + 1;
+                let start = id * w;
+                let mut k = order.prefix.partition_point(|&p| p <= start) - 1;
+                let mut off = start - order.prefix[k];
+                let mut need = w;
+                while need > 0 {
+                    let d = order.perm.as_ref().map_or(k as u64, |p| p.apply(k as u64));
+                    let len = order.prefix[k + 1] - order.prefix[k];
+                    let take = (len - off).min(need);
+                    if take > 0 {
+                        out.push((d, off, take));
+                    }
+                    need -= take;
+                    off = 0;
+                    k += 1;
+                }
+            }
+        }
+    }
+
+    /// Writes sample `id`'s columns into `cols` (each one row's bytes, in [`Self::fields`]
+    /// order) and, for `document`, its `cu_seqlens` into `cu`.
+    fn fill(
+        &self,
+        order: &Order,
+        id: u64,
+        pieces: &mut Vec<(u64, u64, u64)>,
+        cols: &mut [&mut [u8]],
+        cu: &mut Vec<i32>,
+    ) {
+        self.pieces(order, id, pieces);
+        let os = self.options.out_dtype.size();
+        let mut at = 0usize;
+        let extra = self.options.pack != Pack::Concat;
+        cu.clear();
+        for (s, &(doc, off, len)) in pieces.iter().enumerate() {
+            let n = len as usize;
+            self.copy_tokens(doc, off, len, &mut cols[0][at * os..(at + n) * os]);
+            if extra {
+                for j in 0..n {
+                    let pos = (j as i64).to_le_bytes();
+                    cols[1][(at + j) * 8..(at + j + 1) * 8].copy_from_slice(&pos);
+                    let seg = (s as i32 + 1).to_le_bytes();
+                    cols[2][(at + j) * 4..(at + j + 1) * 4].copy_from_slice(&seg);
+                }
+                if self.options.pack == Pack::BestFit {
+                    cols[3][at..at + n].fill(1);
+                }
+            }
+            cu.push(at as i32);
+            at += n;
+        }
+        cu.push(at as i32);
+        if self.options.pack == Pack::BestFit {
+            // Padding.
+            let rows = self.options.seq_len;
+            let pad = self.options.pad_id.to_le_bytes();
+            for j in at..rows {
+                cast_into(
+                    DType::U32,
+                    &pad,
+                    self.options.out_dtype,
+                    &mut cols[0][j * os..(j + 1) * os],
+                );
+            }
+            cols[1][at * 8..].fill(0);
+            cols[2][at * 4..].fill(0);
+            cols[3][at..].fill(0);
+        }
+    }
+
+    /// Tokens per row.
+    fn row_len(&self) -> usize {
+        match self.options.pack {
+            Pack::BestFit => self.options.seq_len,
+            _ => self.options.seq_len + 1,
+        }
+    }
+
+    /// The fixed-width columns: (name, dtype), in order.
+    fn fields(&self) -> Vec<(&'static str, DType)> {
+        let mut f = vec![("tokens", self.options.out_dtype)];
+        if self.options.pack != Pack::Concat {
+            f.push(("position_ids", DType::I64));
+            f.push(("segment_ids", DType::I32));
+        }
+        if self.options.pack == Pack::BestFit {
+            f.push(("loss_mask", DType::Bool));
+        }
+        f
+    }
+}
+
+impl Source for PackedSource {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn read(&self, id: u64) -> Result<Sample, Error> {
+        self.manifest.locate_checked(id)?;
+        let order = self.current();
+        let n = self.row_len();
+        let fields = self.fields();
+        let mut bufs: Vec<Vec<u8>> = fields
+            .iter()
+            .map(|(_, d)| vec![0u8; n * d.size()])
+            .collect();
+        let mut cu = Vec::new();
+        let mut pieces = Vec::new();
+        {
+            let mut cols: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+            self.fill(&order, id, &mut pieces, &mut cols, &mut cu);
+        }
+        let mut sample = Sample::new(id);
+        for ((name, dtype), buf) in fields.into_iter().zip(bufs) {
+            sample.fields.push((
+                FieldName::Borrowed(name),
+                Field::Array(Array::new(dtype, vec![n], Bytes::from(buf))),
+            ));
+        }
+        if self.options.pack == Pack::Document {
+            let raw: Vec<u8> = cu.iter().flat_map(|v| v.to_le_bytes()).collect();
+            sample.fields.push((
+                FieldName::Borrowed("cu_seqlens"),
+                Field::Array(Array::new(DType::I32, vec![cu.len()], Bytes::from(raw))),
+            ));
+        }
+        Ok(sample)
+    }
+
+    /// A new epoch: `concat` and `document` put the documents in its order.
+    fn set_plan(&self, plan: &Plan) {
+        if self.options.pack == Pack::BestFit {
+            return;
+        }
+        let cfg = plan.config();
+        let key = (cfg.shuffle != Shuffle::None).then_some((cfg.seed, cfg.epoch));
+        if self.current().key == key {
+            return;
+        }
+        let order = Arc::new(Self::order(&self.docs, &self.options, key));
+        *self.order.write().unwrap_or_else(|e| e.into_inner()) = order;
+    }
+
+    /// The columnar path: rows written straight into the batch's buffers.
+    fn collate(
+        &self,
+        ids: &[u64],
+        pool: &BufferPool,
+    ) -> Option<Result<Vec<(String, Column)>, Error>> {
+        if let Some(&bad) = ids.iter().find(|&&id| id >= self.manifest.total_samples())
+            && let Err(e) = self.manifest.locate_checked(bad)
+        {
+            return Some(Err(e.into()));
+        }
+        let order = self.current();
+        let n = self.row_len();
+        let b = ids.len();
+        let fields = self.fields();
+        let mut bufs: Vec<_> = fields
+            .iter()
+            .map(|(_, d)| pool.take(b * n * d.size()))
+            .collect();
+        let mut lists = Vec::new();
+        let mut cu = Vec::new();
+        let mut pieces = Vec::new();
+        for (i, &id) in ids.iter().enumerate() {
+            let mut cols: Vec<&mut [u8]> = bufs
+                .iter_mut()
+                .zip(&fields)
+                .map(|(buf, (_, d))| {
+                    let w = n * d.size();
+                    &mut buf.as_mut_slice()[i * w..(i + 1) * w]
+                })
+                .collect();
+            self.fill(&order, id, &mut pieces, &mut cols, &mut cu);
+            if self.options.pack == Pack::Document {
+                let mut t = pool.take(cu.len() * 4);
+                for (dst, v) in t.as_mut_slice().chunks_exact_mut(4).zip(&cu) {
+                    dst.copy_from_slice(&v.to_le_bytes());
+                }
+                lists.push(Tensor::new(DType::I32, vec![cu.len()], t));
+            }
+        }
+        let mut out: Vec<(String, Column)> = fields
+            .into_iter()
+            .zip(bufs)
+            .map(|((name, dtype), buf)| {
+                (
+                    name.to_string(),
+                    Column::Tensor(Tensor::new(dtype, vec![b, n], buf)),
+                )
+            })
+            .collect();
+        if self.options.pack == Pack::Document {
+            out.push(("cu_seqlens".into(), Column::List(lists)));
+        }
+        Some(Ok(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::megatron::MegatronWriter;
+    use chute_core::{PlanConfig, SampleRng};
+
+    /// Random documents (ids 1..1000; lengths 0 to `max`) in two Megatron files.
+    fn corpus(dir: &std::path::Path, n: usize, max: u64) -> (Documents, Vec<Vec<u32>>) {
+        let mut rng = SampleRng::from_key(7);
+        let docs: Vec<Vec<u32>> = (0..n)
+            .map(|_| {
+                let len = rng.below(max + 1);
+                (0..len).map(|_| 1 + rng.below(999) as u32).collect()
+            })
+            .collect();
+        let half = n / 2;
+        for (name, part) in [("a", &docs[..half]), ("b", &docs[half..])] {
+            let mut w = MegatronWriter::create(dir.join(name), DType::U16).unwrap();
+            for d in part {
+                w.add_document(d).unwrap();
+            }
+            w.finish().unwrap();
+        }
+        let d = Documents::megatron(&[dir.join("a"), dir.join("b")]).unwrap();
+        (d, docs)
+    }
+
+    fn tokens_of(s: &Sample, name: &str) -> Vec<i64> {
+        let Some(Field::Array(a)) = s.get(name) else {
+            panic!("no {name}")
+        };
+        match a.dtype {
+            DType::I64 => a
+                .data
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            DType::I32 => a
+                .data
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
+            DType::Bool => a.data.iter().map(|&b| b as i64).collect(),
+            d => panic!("{d}"),
+        }
+    }
+
+    fn plan(src: &PackedSource, shuffle: Shuffle, epoch: u64) -> Plan {
+        let cfg = PlanConfig {
+            shuffle,
+            epoch,
+            seed: 3,
+            ..Default::default()
+        };
+        Plan::new(src.manifest(), &cfg).unwrap()
+    }
+
+    /// Every sample's fields from `read` equal the columnar path's rows.
+    fn same_paths(src: &PackedSource, ids: &[u64]) {
+        let pool = BufferPool::new(4);
+        let cols = src.collate(ids, &pool).unwrap().unwrap();
+        for (i, &id) in ids.iter().enumerate() {
+            let s = src.read(id).unwrap();
+            for (name, col) in &cols {
+                let want = match s.get(name) {
+                    Some(Field::Array(a)) => a.data.to_vec(),
+                    _ => panic!("{name}"),
+                };
+                let got = match col {
+                    Column::Tensor(t) => {
+                        let w = t.as_bytes().len() / ids.len();
+                        t.as_bytes()[i * w..(i + 1) * w].to_vec()
+                    }
+                    Column::List(l) => l[i].as_bytes().to_vec(),
+                    _ => panic!(),
+                };
+                assert_eq!(got, want, "{name} of sample {id}");
+            }
+        }
+    }
+
+    #[test]
+    fn concat_windows_hold_every_token_of_the_epoch_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (docs, raw) = corpus(dir.path(), 300, 40);
+        let seq_len = 15;
+        let opts = PackOptions {
+            seq_len,
+            eos_id: Some(0),
+            ..Default::default()
+        };
+        let src = PackedSource::new(docs, opts).unwrap();
+        let total: usize = raw.iter().map(|d| d.len() + 1).sum();
+        let w = seq_len + 1;
+        assert_eq!(
+            src.manifest().total_samples(),
+            (total / w) as u64,
+            "the tail is not a window"
+        );
+        let stream = |src: &PackedSource| -> Vec<i64> {
+            (0..src.manifest().total_samples())
+                .flat_map(|id| {
+                    let t = tokens_of(&src.read(id).unwrap(), "tokens");
+                    assert_eq!(t.len(), w);
+                    t
+                })
+                .collect()
+        };
+        // Files' order: the documents' tokens, each followed by EOS, cut every 16 tokens.
+        let flat: Vec<i64> = raw
+            .iter()
+            .flat_map(|d| d.iter().map(|&t| t as i64).chain([0]))
+            .collect();
+        assert_eq!(stream(&src), flat[..flat.len() / w * w]);
+        // Shuffled epochs: a new document order each, the windows still its concatenation.
+        let mut seen = Vec::new();
+        for epoch in 0..2 {
+            src.set_plan(&plan(&src, Shuffle::Global, epoch));
+            let order = src.current();
+            let perm = order.perm.as_ref().unwrap();
+            let want: Vec<i64> = (0..raw.len() as u64)
+                .flat_map(|k| {
+                    let d = &raw[perm.apply(k) as usize];
+                    d.iter().map(|&t| t as i64).chain([0])
+                })
+                .collect();
+            let got = stream(&src);
+            assert_eq!(got, want[..want.len() / w * w], "epoch {epoch}");
+            seen.push(got);
+            same_paths(&src, &[0, 5, 3, src.manifest().total_samples() - 1]);
+        }
+        assert_ne!(seen[0], seen[1], "epochs reorder the documents");
+        // Back to epoch 0: the same windows (a resumption rebuilds them).
+        src.set_plan(&plan(&src, Shuffle::Global, 0));
+        assert_eq!(stream(&src), seen[0]);
+    }
+
+    #[test]
+    fn document_mode_restarts_positions_at_every_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let (docs, raw) = corpus(dir.path(), 200, 30);
+        let opts = PackOptions {
+            pack: Pack::Document,
+            seq_len: 31,
+            eos_id: Some(0),
+            ..Default::default()
+        };
+        let src = PackedSource::new(docs, opts).unwrap();
+        let ends: Vec<i64> = {
+            // The concatenation's document starts, in token positions (files' order).
+            let mut at = 0i64;
+            let mut starts = vec![];
+            for d in &raw {
+                starts.push(at);
+                at += d.len() as i64 + 1;
+            }
+            starts
+        };
+        for id in 0..src.manifest().total_samples() {
+            let s = src.read(id).unwrap();
+            let (tok, pos, seg, cu) = (
+                tokens_of(&s, "tokens"),
+                tokens_of(&s, "position_ids"),
+                tokens_of(&s, "segment_ids"),
+                tokens_of(&s, "cu_seqlens"),
+            );
+            let first = id as i64 * 32;
+            for j in 0..32 {
+                let g = first + j as i64;
+                let starts_doc = ends.binary_search(&g).is_ok();
+                assert_eq!(pos[j] == 0, j == 0 || starts_doc, "window {id}, token {j}");
+                if j > 0 {
+                    assert_eq!(seg[j] == seg[j - 1] + 1, pos[j] == 0);
+                    if pos[j] != 0 {
+                        assert_eq!(pos[j], pos[j - 1] + 1);
+                    }
+                }
+            }
+            assert_eq!(seg[0], 1);
+            assert_eq!(*cu.first().unwrap(), 0);
+            assert_eq!(*cu.last().unwrap(), 32);
+            assert_eq!(cu.len() as i64 - 1, seg[31]);
+            for (k, c) in cu[..cu.len() - 1].iter().enumerate() {
+                assert_eq!(pos[*c as usize], 0);
+                assert_eq!(seg[*c as usize], k as i64 + 1);
+            }
+            assert_eq!(tok.len(), 32);
+        }
+        same_paths(&src, &[0, 1, 2, 9]);
+    }
+
+    #[test]
+    fn best_fit_never_splits_a_document_that_fits() {
+        let dir = tempfile::tempdir().unwrap();
+        let (docs, raw) = corpus(dir.path(), 500, 80);
+        for long in [Long::Split, Long::Drop] {
+            let opts = PackOptions {
+                pack: Pack::BestFit,
+                seq_len: 64,
+                eos_id: Some(0),
+                pad_id: 9999,
+                long,
+                window: 100,
+                ..Default::default()
+            };
+            let src = PackedSource::new(docs.clone(), opts).unwrap();
+            // Each row's documents, recovered from the segment ids.
+            let mut found: Vec<Vec<i64>> = Vec::new();
+            for id in 0..src.manifest().total_samples() {
+                let s = src.read(id).unwrap();
+                let (tok, seg, mask, pos) = (
+                    tokens_of(&s, "tokens"),
+                    tokens_of(&s, "segment_ids"),
+                    tokens_of(&s, "loss_mask"),
+                    tokens_of(&s, "position_ids"),
+                );
+                assert_eq!(tok.len(), 64);
+                let used = mask.iter().filter(|&&m| m == 1).count();
+                assert!(
+                    mask[..used].iter().all(|&m| m == 1) && mask[used..].iter().all(|&m| m == 0)
+                );
+                assert!(tok[used..].iter().all(|&t| t == 9999), "padded with pad_id");
+                assert!(seg[used..].iter().all(|&t| t == 0) && pos[used..].iter().all(|&t| t == 0));
+                let mut j = 0;
+                while j < used {
+                    let k = (j..used).find(|&k| seg[k] != seg[j]).unwrap_or(used);
+                    assert_eq!(pos[j..k], (0..(k - j) as i64).collect::<Vec<_>>()[..]);
+                    found.push(tok[j..k].to_vec());
+                    j = k;
+                }
+            }
+            let with_eos =
+                |d: &Vec<u32>| -> Vec<i64> { d.iter().map(|&t| t as i64).chain([0]).collect() };
+            let mut want: Vec<Vec<i64>> = Vec::new();
+            for d in &raw {
+                let d = with_eos(d);
+                if d.len() <= 64 {
+                    want.push(d);
+                } else if long == Long::Split {
+                    want.extend(d.chunks(64).map(<[i64]>::to_vec));
+                }
+            }
+            found.sort();
+            want.sort();
+            assert_eq!(found, want, "{long:?}: every document whole, once");
+            let dropped = raw.iter().filter(|d| d.len() + 1 > 64).count() as u64;
+            assert_eq!(src.dropped(), if long == Long::Drop { dropped } else { 0 });
+            assert!(src.padding_fraction() < 0.1, "{}", src.padding_fraction());
+            same_paths(&src, &[0, 7, 3]);
+        }
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (docs, _) = corpus(dir.path(), 10, 5);
+        let bad = |o: PackOptions| PackedSource::new(docs.clone(), o).unwrap_err().to_string();
+        assert!(
+            bad(PackOptions {
+                seq_len: 0,
+                ..Default::default()
+            })
+            .contains("seq_len")
+        );
+        assert!(
+            bad(PackOptions {
+                window: 0,
+                ..Default::default()
+            })
+            .contains("window")
+        );
+        assert!(
+            bad(PackOptions {
+                out_dtype: DType::F16,
+                ..Default::default()
+            })
+            .contains("out_dtype")
+        );
+        assert!("best_fit".parse::<Pack>().is_ok() && "nope".parse::<Pack>().is_err());
+    }
+}
