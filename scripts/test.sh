@@ -71,6 +71,12 @@ if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && ! .venv/bin/python -c "import torch" 2>/d
   .venv/bin/python -m pip install --quiet --disable-pip-version-check torch \
     || echo "warning: torch did not install; the torch tests will skip"
 fi
+# Megatron-Core (it needs torch) for the byte-compatibility tests of Megatron indexed datasets.
+if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev/null \
+  && ! .venv/bin/python -c "import megatron.core" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check megatron-core \
+    || echo "warning: megatron-core did not install; the Megatron tests will skip"
+fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
 echo "== python: pytest"
 # The `chute convert` interop tests run the command `cargo test` built above.

@@ -27,6 +27,7 @@ proportions per batch and weight schedules); ``set_remote_options`` and ``io_sta
 """
 
 from ._chute import (
+    MegatronWriter,
     Source,
     Tensor,
     __version__,
@@ -48,6 +49,7 @@ __all__ = [
     "ConfigError",
     "CorruptDataError",
     "Loader",
+    "MegatronWriter",
     "Source",
     "StateError",
     "Tensor",

@@ -5,6 +5,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 __all__ = [
     "Loader",
+    "MegatronWriter",
     "Source",
     "Tensor",
     "__version__",
@@ -58,13 +59,19 @@ def dataset(
     index: str = "auto",
     raw: bool = False,
     verify_checksums: bool = True,
+    pack: Optional[str] = None,
+    eos_id: Optional[int] = None,
+    pad_id: int = 0,
+    long: str = "split",
+    pack_window: int = 1024,
+    pack_seed: int = 0,
 ) -> Source:
     """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
     its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
-    "tfrecord", "parquet", "arrow") detected from the manifest or the extensions unless
-    given. ``stack`` (Parquet, Arrow): ``{name: columns}`` stacks numeric columns of one dtype
-    into one ``[B, k]`` column on the workers (columns a list, or a string such as
-    ``"f{0..15}"``)."""
+    "tfrecord", "parquet", "arrow", "megatron") detected from the manifest or the extensions
+    unless given; packing options as for ``tokens``. ``stack`` (Parquet, Arrow):
+    ``{name: columns}`` stacks numeric columns of one dtype into one ``[B, k]`` column on the
+    workers (columns a list, or a string such as ``"f{0..15}"``)."""
 
 def collate_samples(
     samples: List[Any], pad: bool = False, output: Optional[Callable[[Any], Any]] = None
@@ -87,10 +94,32 @@ def tokens(
     seq_len: int,
     dtype: Optional[_DType] = None,
     out_dtype: _DType = "int64",
+    *,
+    documents: Optional[str] = None,
+    eos_id: Optional[int] = None,
+    pack: Optional[str] = None,
+    pad_id: int = 0,
+    long: str = "split",
+    pack_window: int = 1024,
+    pack_seed: int = 0,
 ) -> Source:
-    """Token files (nanoGPT's ``.bin``): windows of ``seq_len + 1`` tokens, column ``tokens``.
-    Local files are memory-mapped; URLs (http(s)://, s3://, gs://, az://) are downloaded whole
-    when the source is opened. ``dtype``: the manifest's, else uint16."""
+    """Token files (nanoGPT's ``.bin``) or Megatron indexed datasets (``.bin`` + ``.idx``, by
+    prefix). Without documents: windows of ``seq_len + 1`` tokens per file, column ``tokens``.
+    With documents (a Megatron dataset; token files with ``eos_id`` ending each document;
+    ``documents="megatron"`` or ``"eos"`` to force), packed by ``pack``:
+
+    - ``"concat"`` (default): ``tokens`` ``[seq_len + 1]``, windows across documents, the
+      documents reshuffled every epoch when the loader shuffles;
+    - ``"document"``: also ``position_ids`` ``[seq_len + 1]`` int64 (0 at every document
+      start), ``segment_ids`` ``[seq_len + 1]`` int32 (1, 2, ... per document in the window) and
+      ``cu_seqlens`` (int32, one array per sample: piece starts, then ``seq_len + 1``);
+    - ``"best_fit"``: ``tokens`` ``[seq_len]`` of whole documents padded with ``pad_id``,
+      ``position_ids``, ``segment_ids`` (0 on padding) and ``loss_mask`` (bool); longer
+      documents are split or dropped (``long``); packed best-fit decreasing over windows of
+      ``pack_window`` documents in an order keyed by ``pack_seed``.
+
+    For Megatron datasets ``eos_id`` is appended after every document. Local files are
+    memory-mapped; URLs are downloaded whole when the source is opened."""
 
 def webdataset(urls: Union[_Path, Sequence[_Path]], *, index: str = "auto") -> Source:
     """WebDataset tar shards, paths or URLs (http(s)://, s3://, gs://, az://; brace patterns,
@@ -158,6 +187,20 @@ def arrow_table(
     """Arrow data in memory (``__arrow_c_stream__``) as a source, with an optional row mapping
     (little-endian uint64 bytes: sample ``i`` is row ``indices[i]``); what ``chute.Loader``
     uses for a Hugging Face dataset."""
+
+@final
+class MegatronWriter:
+    """Writes a Megatron-Core indexed dataset (``<prefix>.bin`` + ``<prefix>.idx``) byte for
+    byte as Megatron-Core's ``IndexedDatasetBuilder`` does; files are renamed into place by
+    ``finish()`` (the ``.idx`` last)."""
+
+    def __new__(cls, prefix: _Path, dtype: Optional[_DType] = None) -> "MegatronWriter": ...
+    def add_document(self, ids: Sequence[int]) -> None: ...
+    @property
+    def documents(self) -> int: ...
+    def finish(self) -> int: ...
+    def __enter__(self) -> "MegatronWriter": ...
+    def __exit__(self, kind: Any, value: Any, tb: Any) -> bool: ...
 
 @final
 class Tensor:

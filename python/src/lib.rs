@@ -28,6 +28,7 @@ mod dataset;
 mod dlpack;
 mod errors;
 mod loader;
+mod megatron;
 mod mixture;
 mod remote;
 mod source;
@@ -42,6 +43,8 @@ mod _chute {
     use crate::loader::Loader;
     #[pymodule_export]
     use crate::loader::shutdown;
+    #[pymodule_export]
+    use crate::megatron::MegatronWriter;
     #[pymodule_export]
     use crate::mixture::mix;
     #[pymodule_export]

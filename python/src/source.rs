@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use chute::DType;
 use chute::formats::ipc::{ArrowOptions, ArrowSource};
-use chute::formats::{Dataset, Format, IndexMode, OpenOptions};
+use chute::formats::{Dataset, Format, IndexMode, Long, OpenOptions, Pack, PackOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyString};
 
@@ -184,11 +184,14 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// them: `seq_len`, `dtype`, `out_dtype` (token files; by default the manifest's, else 1024,
 /// uint16 and int64), `columns` (Parquet columns or TFRecord features), `chunk_rows`
 /// (Parquet and Arrow), `stack` (Parquet and Arrow: `{name: [columns]}`), `index` (tar and
-/// TFRecord), `raw` and `verify_checksums` (TFRecord).
+/// TFRecord), `raw` and `verify_checksums` (TFRecord), and packing for token files and
+/// Megatron datasets (`pack`, `eos_id`, `pad_id`, `long`, `pack_window`, `pack_seed`: see
+/// `tokens`).
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
                     columns=None, chunk_rows=None, stack=None, index="auto", raw=false,
-                    verify_checksums=true))]
+                    verify_checksums=true, pack=None, eos_id=None, pad_id=0, long="split",
+                    pack_window=1024, pack_seed=0))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dataset(
     py: Python<'_>,
@@ -203,6 +206,12 @@ pub(crate) fn dataset(
     index: &str,
     raw: bool,
     verify_checksums: bool,
+    pack: Option<&str>,
+    eos_id: Option<u32>,
+    pad_id: u32,
+    long: &str,
+    pack_window: usize,
+    pack_seed: u64,
 ) -> PyResult<Source> {
     let format = match format {
         Some(f) => Some(f.parse::<Format>().map_err(errors::from_config)?),
@@ -222,6 +231,7 @@ pub(crate) fn dataset(
         index: index_mode(index)?,
         raw,
         verify_checksums,
+        pack: pack_options(pack, eos_id, pad_id, long, pack_window, pack_seed)?,
     };
     open(py, paths, options)
 }
@@ -430,29 +440,110 @@ pub(crate) fn dtype(option: &str, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 }
 
 /// Token files (nanoGPT's `.bin`: flat little-endian `uint16` or `uint32` ids, no header),
-/// one shard per file: what `chute.dataset` takes (URLs are downloaded whole when opened).
-/// `dtype` defaults to the manifest's, else uint16. Sample `i` of a file is the window of
-/// `seq_len + 1` tokens starting at
-/// token `i * (seq_len + 1)`; batches have one column, `tokens`, of `out_dtype`.
+/// one shard per file, or Megatron indexed datasets (`.bin` + `.idx`, named by their prefix):
+/// what `chute.dataset` takes (URLs are downloaded whole when opened). `dtype` (token files)
+/// defaults to the manifest's, else uint16; batches hold `out_dtype` (int64).
+///
+/// Without documents, sample `i` of a file is the window of `seq_len + 1` tokens starting at
+/// token `i * (seq_len + 1)`, and batches have one column, `tokens`. With documents (a
+/// Megatron dataset; token files with `eos_id`, the id ending each document; `documents`
+/// forces `"megatron"` or `"eos"`), they are packed (`pack`): `"concat"` (default: windows of
+/// `seq_len + 1` tokens across documents, reshuffled every epoch), `"document"` (the same plus
+/// `position_ids`, `segment_ids` and `cu_seqlens`), or `"best_fit"` (whole documents in rows
+/// of `seq_len`, padded with `pad_id`, with `loss_mask`; documents longer than `seq_len` are
+/// split or dropped, `long`; packed best-fit decreasing in windows of `pack_window`
+/// documents ordered by `pack_seed`). For Megatron datasets `eos_id` is appended after every
+/// document.
 #[pyfunction]
-#[pyo3(signature = (paths, seq_len, dtype=None, out_dtype=None),
-       text_signature = "(paths, seq_len, dtype=None, out_dtype='int64')")]
+#[pyo3(signature = (paths, seq_len, dtype=None, out_dtype=None, *, documents=None,
+                    eos_id=None, pack=None, pad_id=0, long="split", pack_window=1024,
+                    pack_seed=0),
+       text_signature = "(paths, seq_len, dtype=None, out_dtype='int64', *, documents=None, \
+                         eos_id=None, pack=None, pad_id=0, long='split', pack_window=1024, \
+                         pack_seed=0)")]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn tokens(
     py: Python<'_>,
     paths: &Bound<'_, PyAny>,
     seq_len: i64,
     dtype: Option<&Bound<'_, PyAny>>,
     out_dtype: Option<&Bound<'_, PyAny>>,
+    documents: Option<&str>,
+    eos_id: Option<u32>,
+    pack: Option<&str>,
+    pad_id: u32,
+    long: &str,
+    pack_window: usize,
+    pack_seed: u64,
 ) -> PyResult<Source> {
+    let format = match documents {
+        None => None,
+        Some("megatron") => Some(Format::Megatron),
+        Some("eos") => {
+            if eos_id.is_none() {
+                return Err(errors::from_config(chute::ConfigError::new(
+                    "eos_id",
+                    "documents=\"eos\" splits token files at an end-of-sequence id: pass eos_id",
+                )));
+            }
+            Some(Format::Tokens)
+        }
+        Some(other) => {
+            return Err(errors::from_config(chute::ConfigError::new(
+                "documents",
+                format!("{other:?}: pass \"megatron\" or \"eos\" (or leave it to the files)"),
+            )));
+        }
+    };
+    let files = self::paths(paths)?;
+    let format = match format {
+        Some(f) => f,
+        None => {
+            let ds = py
+                .detach(|| Dataset::resolve(&files, Some(Format::Tokens)))
+                .map_err(errors::to_py)?;
+            let megatron = !ds.files.is_empty()
+                && ds.files.iter().all(|f| chute::formats::is_megatron_bin(f));
+            if megatron { Format::Megatron } else { Format::Tokens }
+        }
+    };
     let options = OpenOptions {
-        format: Some(Format::Tokens),
+        format: Some(format),
         seq_len: Some(self::seq_len(seq_len)?),
         token_dtype: dtype.map(|d| self::dtype("dtype", d)).transpose()?,
         out_dtype: match out_dtype {
             Some(d) => self::dtype("out_dtype", d)?,
             None => DType::I64,
         },
+        pack: pack_options(pack, eos_id, pad_id, long, pack_window, pack_seed)?,
         ..Default::default()
     };
     open(py, paths, options)
+}
+
+/// The packing options, when `pack` or `eos_id` asks for documents.
+fn pack_options(
+    pack: Option<&str>,
+    eos_id: Option<u32>,
+    pad_id: u32,
+    long: &str,
+    window: usize,
+    seed: u64,
+) -> PyResult<Option<PackOptions>> {
+    if pack.is_none() && eos_id.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(PackOptions {
+        pack: pack
+            .map(str::parse::<Pack>)
+            .transpose()
+            .map_err(errors::from_config)?
+            .unwrap_or_default(),
+        eos_id,
+        pad_id,
+        long: long.parse::<Long>().map_err(errors::from_config)?,
+        window,
+        seed,
+        ..Default::default()
+    }))
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::bail;
 use chute::core::{DType, Mixture, Source};
 use chute::formats::mixture::{is_mixture_file, open_mixture_file};
-use chute::formats::{Dataset, Format, IndexMode, OpenOptions};
+use chute::formats::{Dataset, Format, IndexMode, Long, OpenOptions, Pack, PackOptions};
 use chute::io::{RemoteOptions, set_remote_options};
 use clap::Args;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -44,6 +44,28 @@ pub(crate) struct DatasetArgs {
     /// (brace patterns allowed: `x=f{0..15}`); repeat for several stacks.
     #[arg(long, value_parser = parse_stack)]
     pub(crate) stack: Vec<(String, Vec<String>)>,
+    /// Token files and Megatron datasets: pack documents into rows: concat (windows of
+    /// seq_len + 1 tokens across documents), document (the same with position_ids,
+    /// segment_ids, cu_seqlens) or best_fit (whole documents in rows of seq_len, padded).
+    /// Megatron datasets are packed (concat) without it; token files need --eos-id with it.
+    #[arg(long)]
+    pub(crate) pack: Option<Pack>,
+    /// Packing: the end-of-sequence id. Token files: the id that ends each document. Megatron
+    /// datasets: an id appended after every document.
+    #[arg(long)]
+    pub(crate) eos_id: Option<u32>,
+    /// best_fit: the padding id [default: 0].
+    #[arg(long, default_value_t = 0)]
+    pub(crate) pad_id: u32,
+    /// best_fit: what happens to documents longer than seq_len: split or drop.
+    #[arg(long, default_value = "split")]
+    pub(crate) long: Long,
+    /// best_fit: documents per packing window.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) pack_window: usize,
+    /// best_fit: the key of the order documents are packed in.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) pack_seed: u64,
     /// Tar and TFRecord: where shard indexes come from.
     #[arg(long, default_value_t = IndexMode::Auto, value_parser = index_parser())]
     pub(crate) index: IndexMode,
@@ -136,6 +158,16 @@ impl DatasetArgs {
             index: self.index,
             raw: self.raw,
             verify_checksums: !self.no_verify,
+            // An end-of-sequence id says there are documents: packed, `concat` by default.
+            pack: (self.pack.is_some() || self.eos_id.is_some()).then(|| PackOptions {
+                pack: self.pack.unwrap_or_default(),
+                eos_id: self.eos_id,
+                pad_id: self.pad_id,
+                long: self.long,
+                window: self.pack_window,
+                seed: self.pack_seed,
+                ..Default::default()
+            }),
         }
     }
 

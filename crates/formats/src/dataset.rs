@@ -37,8 +37,8 @@ use chute_io::Location;
 
 use crate::example::ExampleOptions;
 use crate::{
-    IndexMode, Stack, TfRecordOptions, TfRecordSource, TokenOptions, TokenSource,
-    WebDatasetOptions, WebDatasetSource, expand_braces,
+    Documents, IndexMode, PackOptions, PackedSource, Stack, TfRecordOptions, TfRecordSource,
+    TokenOptions, TokenSource, WebDatasetOptions, WebDatasetSource, expand_braces,
 };
 
 /// The file name [`open`] looks for in a directory, and `chute index` writes.
@@ -60,19 +60,24 @@ pub enum Format {
     /// Apache Arrow IPC files and streams (`.arrow`, `.arrows`, `.feather`, `.ipc`), such as
     /// a Hugging Face `save_to_disk` folder's.
     Arrow,
+    /// Megatron-Core indexed datasets: `<prefix>.bin` with its `<prefix>.idx` (named by the
+    /// prefix, either file, or a folder). A `.bin` whose `.idx` is a Megatron index is one.
+    Megatron,
 }
 
 impl Format {
     /// Every format, in the order they are listed in messages.
-    pub const ALL: [Format; 5] = [
+    pub const ALL: [Format; 6] = [
         Format::Tokens,
         Format::WebDataset,
         Format::TfRecord,
         Format::Parquet,
         Format::Arrow,
+        Format::Megatron,
     ];
 
-    /// The format's name: `tokens`, `webdataset`, `tfrecord`, `parquet` or `arrow`.
+    /// The format's name: `tokens`, `webdataset`, `tfrecord`, `parquet`, `arrow` or
+    /// `megatron`.
     pub const fn name(self) -> &'static str {
         match self {
             Format::Tokens => "tokens",
@@ -80,6 +85,7 @@ impl Format {
             Format::TfRecord => "tfrecord",
             Format::Parquet => "parquet",
             Format::Arrow => "arrow",
+            Format::Megatron => "megatron",
         }
     }
 
@@ -92,6 +98,8 @@ impl Format {
             Format::TfRecord => &["tfrecord", "tfrecords", "tfrec"],
             Format::Parquet => &["parquet", "pq"],
             Format::Arrow => &["arrow", "arrows", "feather", "ipc"],
+            // `.bin`, told from token files by its index ([`is_megatron_bin`]).
+            Format::Megatron => &[],
         }
     }
 
@@ -172,6 +180,11 @@ pub struct OpenOptions {
     pub raw: bool,
     /// TFRecord: verify each record's CRC32Cs (the default).
     pub verify_checksums: bool,
+    /// Token files and Megatron datasets: documents packed into rows ([`PackedSource`]; its
+    /// `seq_len` and `out_dtype` are the options above). Megatron datasets are packed
+    /// (`concat` by default) whether set or not; token files only when set, their documents
+    /// ending with `eos_id` (which is then their delimiter, not appended).
+    pub pack: Option<PackOptions>,
 }
 
 /// Tokens per sequence when neither the options nor a manifest say.
@@ -190,6 +203,7 @@ impl Default for OpenOptions {
             index: IndexMode::Auto,
             raw: false,
             verify_checksums: true,
+            pack: None,
         }
     }
 }
@@ -277,7 +291,29 @@ impl Dataset {
         options: &OpenOptions,
     ) -> Result<Arc<dyn Source>, Error> {
         Ok(match self.format {
+            Format::Tokens if options.pack.is_some() => {
+                let tokens = self.token_options(options)?;
+                let mut pack = self.pack_options(options, tokens);
+                let eos = pack.eos_id.take().ok_or_else(|| {
+                    ConfigError::new(
+                        "eos_id",
+                        "flat token files hold no document boundaries: pass the \
+                         end-of-sequence id that ends each document (eos_id) to pack them",
+                    )
+                })?;
+                let docs = Documents::split_at_eos(files, tokens.dtype, eos)?;
+                Arc::new(PackedSource::new(docs, pack)?)
+            }
             Format::Tokens => Arc::new(TokenSource::open(files, self.token_options(options)?)?),
+            Format::Megatron => {
+                let tokens = TokenOptions {
+                    seq_len: options.seq_len.unwrap_or(DEFAULT_SEQ_LEN),
+                    out_dtype: options.out_dtype,
+                    ..Default::default()
+                };
+                let docs = Documents::megatron(files)?;
+                Arc::new(PackedSource::new(docs, self.pack_options(options, tokens))?)
+            }
             Format::WebDataset => {
                 let opts = WebDatasetOptions {
                     index: options.index,
@@ -301,6 +337,16 @@ impl Dataset {
             Format::Parquet => open_parquet(files, options)?,
             Format::Arrow => open_arrow(files, options)?,
         })
+    }
+
+    /// The packing options: `options.pack` (or the defaults) with the token options' `seq_len`
+    /// and `out_dtype`.
+    fn pack_options(&self, options: &OpenOptions, tokens: TokenOptions) -> PackOptions {
+        PackOptions {
+            seq_len: tokens.seq_len,
+            out_dtype: tokens.out_dtype,
+            ..options.pack.clone().unwrap_or_default()
+        }
     }
 
     /// Token options: explicit ones, else the manifest's (it records what a sample is), else
@@ -546,6 +592,14 @@ fn expand_one(input: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> R
     if local.is_dir() {
         return list_directory(&local, format, out);
     }
+    // A Megatron dataset named by its prefix or its `.idx`: its `.bin` stands for it.
+    if !local.is_file() || local.extension().is_some_and(|e| e == "idx") {
+        let (_, bin) = crate::megatron::paths_of(&local);
+        if bin != local && is_megatron_bin(&bin) {
+            out.push(bin);
+            return Ok(());
+        }
+    }
     let text = local.to_str().unwrap_or_default();
     if !text.contains(['*', '?', '[']) || local.exists() {
         out.push(local);
@@ -581,6 +635,27 @@ fn expand_one(input: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> R
     Ok(())
 }
 
+/// True when `path` is a local `.bin` whose `.idx` beside it is a Megatron index.
+pub fn is_megatron_bin(path: &Path) -> bool {
+    use std::io::Read;
+    if path.extension().is_none_or(|e| e != "bin") {
+        return false;
+    }
+    let (idx, _) = crate::megatron::paths_of(path);
+    let mut head = [0u8; 9];
+    std::fs::File::open(idx)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| crate::megatron::is_index(&head))
+}
+
+/// The format of a shard file by its name, and by its index for a Megatron `.bin`.
+fn format_of(path: &Path) -> Option<Format> {
+    match Format::from_path(path) {
+        Some(Format::Tokens) if is_megatron_bin(path) => Some(Format::Megatron),
+        f => f,
+    }
+}
+
 /// Files beside shards that are never shards: index files, manifests, unfinished writes.
 fn is_bookkeeping(path: &Path) -> bool {
     let name = path
@@ -606,7 +681,7 @@ fn list_directory(dir: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) ->
         if hidden || !path.is_file() || is_bookkeeping(&path) {
             continue;
         }
-        match Format::from_path(&path) {
+        match format_of(&path) {
             Some(f) => by_format.push((f, path)),
             None if path.extension().is_none() => unnamed.push(path),
             None => {}
@@ -653,9 +728,11 @@ fn list_directory(dir: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) ->
             }
         }
     };
+    // A Megatron dataset's `.bin` is a token file too: either format takes it.
+    let token_like = |f: Format| matches!(f, Format::Tokens | Format::Megatron);
     let mut files: Vec<PathBuf> = by_format
         .into_iter()
-        .filter(|(f, _)| *f == format)
+        .filter(|(f, _)| *f == format || (token_like(*f) && token_like(format)))
         .map(|(_, p)| p)
         .collect();
     if files.is_empty() {
@@ -678,7 +755,7 @@ fn list_directory(dir: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) ->
 fn detect(files: &[PathBuf]) -> Result<Format, Error> {
     let mut found: Option<Format> = None;
     for path in files {
-        let Some(f) = Format::from_path(path) else {
+        let Some(f) = format_of(path) else {
             let ext = path.extension().map(|e| e.to_string_lossy().into_owned());
             let what = match ext {
                 Some(e) => format!("its extension .{e}"),

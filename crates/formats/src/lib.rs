@@ -74,7 +74,9 @@ pub mod tfrecord;
 mod tokens;
 pub mod webdataset;
 
-pub use dataset::{DEFAULT_SEQ_LEN, Dataset, Format, MANIFEST_NAME, OpenOptions, open};
+pub use dataset::{
+    DEFAULT_SEQ_LEN, Dataset, Format, MANIFEST_NAME, OpenOptions, is_megatron_bin, open,
+};
 pub use documents::Documents;
 pub use ids::{parse_token_text, token_ids_from_npy};
 pub use megatron::{MegatronIndex, MegatronWriter};

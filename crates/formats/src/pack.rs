@@ -99,6 +99,21 @@ pub enum Long {
     Drop,
 }
 
+impl std::str::FromStr for Long {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Long, ConfigError> {
+        match s {
+            "split" => Ok(Long::Split),
+            "drop" => Ok(Long::Drop),
+            _ => Err(ConfigError::new(
+                "long",
+                format!("{s:?}: documents longer than seq_len are `split` or `drop`ped"),
+            )),
+        }
+    }
+}
+
 /// How to pack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PackOptions {

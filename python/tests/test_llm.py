@@ -1,0 +1,168 @@
+"""LLM data: Megatron-Core indexed datasets read and written byte for byte as Megatron-Core's
+own builder and reader do (the real `megatron-core` package, installed with torch by
+scripts/test.sh), and documents packed into rows (concat, document, best_fit): every token of
+an epoch in one window, positions restarting at documents, whole documents, exact resume."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import chute
+
+
+@pytest.fixture(scope="module")
+def megatron():
+    pytest.importorskip("torch", reason="torch not installed (CHUTE_TEST_TORCH=1 installs it)")
+    return pytest.importorskip(
+        "megatron.core.datasets.indexed_dataset",
+        reason="megatron-core not installed (scripts/test.sh installs it with torch)",
+    )
+
+
+def documents(n, seed=0, vocab=60000, longest=200):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, vocab, rng.integers(0, longest + 1)).astype(np.int64) for _ in range(n)]
+
+
+def megatron_build(megatron, prefix, docs, dtype):
+    import torch
+
+    builder = megatron.IndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
+    for d in docs:
+        builder.add_item(torch.from_numpy(d))
+        builder.end_document()
+    builder.finalize(prefix + ".idx")
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+def test_a_dataset_megatrons_builder_wrote_reads_as_its_documents(tmp_path, megatron, dtype):
+    docs = documents(300, vocab=60000 if dtype == np.uint16 else 10**6)
+    prefix = str(tmp_path / "train_text_document")
+    megatron_build(megatron, prefix, docs, dtype)
+    seq_len = 63
+    w = seq_len + 1
+    for name in (prefix, prefix + ".bin", prefix + ".idx", str(tmp_path)):
+        src = chute.tokens(name, seq_len=seq_len, pack="document")
+        assert src.format == "megatron"
+    assert chute.dataset(prefix, seq_len=seq_len).format == "megatron"
+    flat = np.concatenate(docs)
+    assert len(src) == len(flat) // w, "the tail after the last whole window is not a window"
+    starts = set(np.cumsum([0] + [len(d) for d in docs])[:-1].tolist())
+    got = []
+    for b in chute.Loader(src, batch_size=8, shuffle=False, num_workers=2):
+        tokens, pos, seg = (np.asarray(b[k]) for k in ("tokens", "position_ids", "segment_ids"))
+        assert tokens.dtype == np.int64 and tokens.shape[1] == w
+        for i, row in enumerate(tokens):
+            first = (len(got) + i) * w
+            want = [j == 0 or first + j in starts for j in range(w)]
+            assert (pos[i] == 0).tolist() == want, "position_ids restart at every document"
+            assert seg[i][0] == 1 and np.all(np.diff(seg[i]) == (pos[i][1:] == 0))
+            cu = np.asarray(b["cu_seqlens"][i])
+            assert cu[0] == 0 and cu[-1] == w and np.all(pos[i][cu[:-1]] == 0)
+        got.extend(tokens)
+    assert np.array_equal(np.concatenate(got), flat[: len(got) * w])
+
+
+def test_chutes_megatron_writer_is_read_by_megatron_core_and_matches_its_builder(tmp_path, megatron):
+    docs = documents(200, seed=1)
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    with chute.MegatronWriter(ours, dtype="uint16") as w:
+        for d in docs:
+            w.add_document(d)
+        assert w.documents == len(docs)
+    megatron_build(megatron, theirs, docs, np.uint16)
+    for ext in (".bin", ".idx"):
+        with open(ours + ext, "rb") as a, open(theirs + ext, "rb") as b:
+            assert a.read() == b.read(), f"{ext} differs from Megatron-Core's builder"
+    ds = megatron.IndexedDataset(ours)
+    assert len(ds) == len(docs)
+    assert ds.document_indices.tolist() == list(range(len(docs) + 1))
+    for i, d in enumerate(docs):
+        assert np.array_equal(ds[i], d)
+    with pytest.raises(chute.ConfigError, match="does not fit"):
+        chute.MegatronWriter(str(tmp_path / "small"), dtype="uint8").add_document([300])
+
+
+def test_concat_shuffled_epochs_hold_every_token_once_across_ranks(tmp_path):
+    docs = documents(400, seed=2, longest=120)
+    prefix = str(tmp_path / "ds")
+    with chute.MegatronWriter(prefix) as w:
+        for d in docs:
+            w.add_document(d)
+    seq_len, world = 31, 3
+    w_ = seq_len + 1
+    flat = collections.Counter(np.concatenate(docs).tolist())
+    epochs = []
+    for epoch in range(2):
+        windows = []
+        for rank in range(world):
+            src = chute.tokens(prefix, seq_len=seq_len)
+            loader = chute.Loader(src, batch_size=4, shuffle=True, seed=5, rank=rank,
+                                  world_size=world, drop_last=True, num_workers=2)
+            loader.set_epoch(epoch)
+            windows.extend(tuple(r) for b in loader for r in np.asarray(b["tokens"]))
+        assert len(set(windows)) == len(windows), "no window twice across ranks"
+        got = collections.Counter(t for win in windows for t in win)
+        assert not (got - flat), "every token a window holds is one of the epoch's"
+        assert sum((flat - got).values()) < (world * 4 + 1) * w_, "all but the tail and the dropped"
+        epochs.append(windows)
+    assert set(epochs[0]) != set(epochs[1]), "documents are reshuffled every epoch"
+
+
+@pytest.mark.parametrize("pack", ["concat", "document", "best_fit"])
+def test_every_packing_mode_resumes_exactly(tmp_path, pack):
+    docs = documents(300, seed=3, longest=90)
+    flat = tmp_path / "tokens.bin"
+    # Flat token files with documents ending in EOS 0.
+    np.concatenate([np.append(d, 0) for d in docs]).astype(np.uint16).tofile(flat)
+
+    def loader():
+        src = chute.tokens(str(flat), seq_len=48, eos_id=0, pack=pack, pad_id=65535)
+        return chute.Loader(src, batch_size=4, shuffle=True, seed=9, num_workers=2)
+
+    full = [{k: np.array(v) for k, v in b.items() if k != "cu_seqlens"} for b in loader()]
+    first = loader()
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    state = first.state_dict()
+    rest = loader()
+    rest.load_state_dict(state)
+    again = [{k: np.array(v) for k, v in b.items() if k != "cu_seqlens"} for b in rest]
+    assert len(again) == len(full) - 5
+    for a, b in zip(again, full[5:]):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    if pack == "best_fit":
+        rows = np.concatenate([b["tokens"] for b in full])
+        mask = np.concatenate([b["loss_mask"] for b in full])
+        assert rows.shape[1] == 48 and mask.dtype == np.bool_
+        assert np.all(rows[~mask] == 65535)
+        # Every document (with its EOS) whole in one row; longer ones in 48-token pieces.
+        seg = np.concatenate([b["segment_ids"] for b in full])
+        found = collections.Counter()
+        for r, s in zip(rows, seg):
+            for k in range(1, s.max() + 1):
+                found[tuple(r[s == k])] += 1
+        want = collections.Counter()
+        for d in docs:
+            d = np.append(d, 0)
+            for k in range(0, len(d), 48):
+                want[tuple(d[k : k + 48])] += 1
+        assert found == want
+
+
+def test_packing_needs_documents_and_names_what_is_wrong(tmp_path):
+    flat = tmp_path / "t.bin"
+    np.arange(100, dtype=np.uint16).tofile(flat)
+    with pytest.raises(chute.ConfigError, match="eos_id"):
+        chute.tokens(str(flat), seq_len=8, pack="concat")
+    with pytest.raises(chute.ConfigError, match="eos_id"):
+        chute.tokens(str(flat), seq_len=8, documents="eos")
+    with pytest.raises(chute.ConfigError, match="packing mode"):
+        chute.tokens(str(flat), seq_len=8, eos_id=0, pack="nope")
+    bad = tmp_path / "bad"
+    (tmp_path / "bad.bin").write_bytes(b"\0" * 10)
+    (tmp_path / "bad.idx").write_bytes(b"MMIDIDX\0\0" + b"\1" + b"\0" * 40)
+    with pytest.raises(chute.CorruptDataError, match="bad.idx"):
+        chute.tokens(str(bad), seq_len=8)
