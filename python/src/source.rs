@@ -502,9 +502,13 @@ pub(crate) fn tokens(
             let ds = py
                 .detach(|| Dataset::resolve(&files, Some(Format::Tokens)))
                 .map_err(errors::to_py)?;
-            let megatron = !ds.files.is_empty()
-                && ds.files.iter().all(|f| chute::formats::is_megatron_bin(f));
-            if megatron { Format::Megatron } else { Format::Tokens }
+            let megatron =
+                !ds.files.is_empty() && ds.files.iter().all(|f| chute::formats::is_megatron_bin(f));
+            if megatron {
+                Format::Megatron
+            } else {
+                Format::Tokens
+            }
         }
     };
     let options = OpenOptions {

@@ -6,6 +6,7 @@ mod dataset;
 mod demo;
 mod index;
 mod inspect;
+mod tokenize;
 mod tokens;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,9 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Write a token file (flat little-endian uint16/uint32 ids) from text or .npy.
     Tokens(tokens::TokensArgs),
+    /// Tokenize text (JSON Lines, Parquet, Arrow, text files) with a tokenizer.json into a
+    /// Megatron indexed dataset (.bin + .idx) or a token file, in parallel.
+    Tokenize(tokenize::TokenizeArgs),
     /// Convert CSV, JSON Lines, an ImageFolder-style folder or .npy arrays to WebDataset,
     /// TFRecord or Parquet shards, in parallel.
     Convert(convert::ConvertArgs),
@@ -52,6 +56,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(*a),
         Command::Tokens(a) => tokens::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Index(a) => index::run(a),
         Command::Inspect(a) => inspect::inspect(a),

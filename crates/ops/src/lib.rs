@@ -33,6 +33,8 @@ mod jpeg;
 #[cfg(feature = "libjpeg")]
 mod libjpeg;
 pub mod spec;
+#[cfg(feature = "tokenizers")]
+pub mod text;
 
 pub use chute_core::{Cast, Compose, Rename, Select, Slot, Transform};
 pub use error::{BadData, OpError};

@@ -36,6 +36,7 @@
 //! | `npy` | `.npy` bytes | the array |
 //! | `text` | UTF-8 bytes | text |
 //! | `json` | JSON bytes: a number, a list of numbers or a string | scalar, 1-D array or text |
+//! | `tokenize` (`tokenizer`: a `tokenizer.json`; `add_special_tokens` = true; `bos`, `eos`: an id or a token; `max_length`) | UTF-8 text or bytes | `int64 [n]` token ids, as Hugging Face's `tokenizers` gives them (feature `tokenizers`) |
 //!
 //! Randomness (`random_resized_crop`, `horizontal_flip`) comes only from the sample's RNG, so
 //! crops and flips depend on (seed, epoch, sample), never on the worker. When `decode` is
@@ -167,6 +168,35 @@ pub enum Op {
     Text,
     /// JSON bytes: a number, a list of numbers or a string.
     Json,
+    /// UTF-8 text (or bytes) to its token ids, `int64 [n]`, with Hugging Face's `tokenizers`
+    /// (the ids its Python package gives for the same `tokenizer.json`).
+    Tokenize {
+        /// The `tokenizer.json`'s path.
+        tokenizer: String,
+        /// The tokenizer's own special tokens (its post-processor), as
+        /// `tokenizer.encode(text)` adds them by default (default true).
+        #[serde(default = "yes")]
+        add_special_tokens: bool,
+        /// An id (or a token, such as `"<s>"`) put before the text's.
+        #[serde(default)]
+        bos: Option<TokenRef>,
+        /// An id (or a token, such as `"<|endoftext|>"`) put after the text's.
+        #[serde(default)]
+        eos: Option<TokenRef>,
+        /// At most this many ids (the text's are cut; BOS and EOS kept).
+        #[serde(default)]
+        max_length: Option<usize>,
+    },
+}
+
+/// A token given by id or by its text in the vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum TokenRef {
+    /// An id.
+    Id(u32),
+    /// A token's text (`"<|endoftext|>"`).
+    Token(String),
 }
 
 impl Op {
@@ -184,6 +214,7 @@ impl Op {
             Op::Npy => "npy",
             Op::Text => "text",
             Op::Json => "json",
+            Op::Tokenize { .. } => "tokenize",
         }
     }
 }
@@ -219,6 +250,7 @@ fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
             _ => Kind::Array,
         },
         (Op::Text, Kind::Bytes) => Kind::Text,
+        (Op::Tokenize { .. }, Kind::Bytes | Kind::Text) => Kind::Array,
         (
             Op::Resize { .. }
             | Op::CenterCrop { .. }
@@ -233,6 +265,7 @@ fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
                 Op::Decode { .. } | Op::Label | Op::Npy | Op::Json | Op::Text => {
                     "the field's bytes (put it first)"
                 }
+                Op::Tokenize { .. } => "text or its bytes (put it first, or after text)",
                 Op::Normalize { .. } => "a decoded image (after decode and the geometric ops)",
                 Op::Chw | Op::Cast { .. } => "an image, normalized pixels or an array",
                 _ => "a decoded image (after decode, before normalize, chw and cast)",
@@ -419,7 +452,7 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
                 scalar = true;
                 dtype = DType::I64;
             }
-            Op::Npy | Op::Text | Op::Json => return None,
+            Op::Npy | Op::Text | Op::Json | Op::Tokenize { .. } => return None,
         }
     }
     if scalar {
@@ -483,9 +516,52 @@ fn check_params(op: &Op) -> Result<(), String> {
         Op::Cast { dtype } => {
             DType::from_str(dtype).map_err(|e| e.to_string())?;
         }
+        Op::Tokenize { .. } => {
+            tokenizing(op)?;
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// A `tokenize` op's tokenizer (loaded, or from the cache) and options, its `bos` and `eos`
+/// tokens looked up in the vocabulary.
+#[cfg(feature = "tokenizers")]
+pub(crate) fn tokenizing(
+    op: &Op,
+) -> Result<(crate::text::TextTokenizer, crate::text::EncodeOptions), String> {
+    let Op::Tokenize {
+        tokenizer,
+        add_special_tokens,
+        bos,
+        eos,
+        max_length,
+    } = op
+    else {
+        return Err("not a tokenize op".into());
+    };
+    let tok = crate::text::TextTokenizer::load(tokenizer)?;
+    let id = |t: &Option<TokenRef>, what: &str| -> Result<Option<u32>, String> {
+        match t {
+            None => Ok(None),
+            Some(TokenRef::Id(i)) => Ok(Some(*i)),
+            Some(TokenRef::Token(s)) => tok.token_id(s).map(Some).ok_or_else(|| {
+                format!("{what} {s:?} is not a token of {tokenizer}; give its id or another token")
+            }),
+        }
+    };
+    let options = crate::text::EncodeOptions {
+        add_special_tokens: *add_special_tokens,
+        bos: id(bos, "bos")?,
+        eos: id(eos, "eos")?,
+        max_length: *max_length,
+    };
+    Ok((tok, options))
+}
+
+#[cfg(not(feature = "tokenizers"))]
+pub(crate) fn tokenizing(_: &Op) -> Result<(), String> {
+    Err("this build of chute has no tokenizer (the cargo feature `tokenizers` of chute-ops)".into())
 }
 
 /// Fails a sample with a [`BadData`] naming the field and what was wrong with it.

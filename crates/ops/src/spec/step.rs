@@ -106,6 +106,11 @@ pub(super) enum Step {
     Npy,
     Text,
     Json,
+    /// `tokenize`: the tokenizer and options, or why they could not be had.
+    #[cfg(feature = "tokenizers")]
+    Tokenize(Result<(crate::text::TextTokenizer, crate::text::EncodeOptions), String>),
+    #[cfg(not(feature = "tokenizers"))]
+    Tokenize,
     /// The final value converted into the slot, for a field whose ops have no step that
     /// writes into it (labels, a cast last, ...).
     FillSlot(Slot),
@@ -236,6 +241,10 @@ fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
             Op::Npy => Step::Npy,
             Op::Text => Step::Text,
             Op::Json => Step::Json,
+            #[cfg(feature = "tokenizers")]
+            op @ Op::Tokenize { .. } => Step::Tokenize(super::tokenizing(op)),
+            #[cfg(not(feature = "tokenizers"))]
+            Op::Tokenize { .. } => Step::Tokenize,
         };
         steps.push(step);
         i += 1;
@@ -276,6 +285,10 @@ impl Step {
             Step::Npy => "npy",
             Step::Text => "text",
             Step::Json => "json",
+            #[cfg(feature = "tokenizers")]
+            Step::Tokenize(_) => "tokenize",
+            #[cfg(not(feature = "tokenizers"))]
+            Step::Tokenize => "tokenize",
             Step::FillSlot(_) => "batch column",
         }
     }
@@ -482,6 +495,21 @@ impl Step {
                 Value::Text(b)
             }
             (Step::Json, Value::Bytes(b)) => json_value(&b)?,
+            #[cfg(feature = "tokenizers")]
+            (Step::Tokenize(t), Value::Bytes(b) | Value::Text(b)) => {
+                let (tok, options) = t
+                    .as_ref()
+                    .map_err(|why| OpError::wrong_input("tokenize", why.clone()))?;
+                let text = std::str::from_utf8(&b).map_err(|source| OpError::NotUtf8 { source })?;
+                let ids = tok
+                    .encode(text, *options)
+                    .map_err(|why| OpError::wrong_input("tokenize", why))?;
+                let data: Vec<u8> = ids
+                    .iter()
+                    .flat_map(|&i| i64::from(i).to_le_bytes())
+                    .collect();
+                Value::Array(Array::new(DType::I64, vec![ids.len()], data.into()))
+            }
             (Step::FillSlot(column), value) if !matches!(value, Value::InSlot) => {
                 let Some(dst) = slot else {
                     return Err(self.bug());

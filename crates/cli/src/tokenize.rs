@@ -1,0 +1,493 @@
+//! `chute tokenize`: text to token ids with a `tokenizer.json` (Hugging Face's `tokenizers`),
+//! written as a Megatron-Core indexed dataset (`PREFIX.bin` + `PREFIX.idx`) or a chute token
+//! file, in parallel, the output the same for any number of workers.
+//!
+//! Documents are read in input order (JSON Lines objects, Parquet or Arrow rows, or whole text
+//! files), tokenized a chunk at a time by the workers and written in order by this thread;
+//! both output files sit under temporary names until the last document is written, so a
+//! killed run never leaves a dataset that looks complete (rerun it to start over).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, mpsc};
+
+use anyhow::{Context, bail, ensure};
+use chute::core::{DType, Field, Source};
+use chute::formats::{Format, MegatronWriter, OpenOptions, TokenWriter, expand_braces};
+use chute::ops::text::{EncodeOptions, TextTokenizer};
+use chute::pipeline::for_each_parallel;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// What `chute tokenize` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Output {
+    /// A Megatron-Core indexed dataset: `OUTPUT.bin` and `OUTPUT.idx`.
+    Megatron,
+    /// A chute token file (flat ids, `OUTPUT`); use --append-eod to keep documents apart.
+    Tokens,
+}
+
+/// `chute tokenize` arguments.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct TokenizeArgs {
+    /// Inputs, in order: JSON Lines (`.jsonl`, `.ndjson`, `.json`; one object a line), Parquet
+    /// or Arrow files (a text column), or text files (any other name: one document each).
+    /// Brace patterns and globs are expanded.
+    #[arg(required = true)]
+    inputs: Vec<String>,
+    /// The `tokenizer.json` (Hugging Face's tokenizers format).
+    #[arg(long)]
+    tokenizer: PathBuf,
+    /// The output: a Megatron dataset's prefix, or (with `--to tokens`) the token file.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// The JSON key or column holding each document's text.
+    #[arg(long, default_value = "text")]
+    field: String,
+    /// What to write.
+    #[arg(long, value_enum, default_value = "megatron")]
+    to: Output,
+    /// Put the end-of-document id after every document (Megatron's `--append-eod`).
+    #[arg(long)]
+    append_eod: bool,
+    /// The end-of-document id [default: the tokenizer's `<|endoftext|>`, `</s>`, `<eos>` or
+    /// `<|end_of_text|>`, the first it has].
+    #[arg(long)]
+    eod_id: Option<u32>,
+    /// Leave out the tokenizer's own special tokens (its post-processor's BOS, CLS, ...).
+    #[arg(long)]
+    no_special_tokens: bool,
+    /// Stored token type: auto (Megatron's rule: uint16 below a vocabulary of 65,500 ids,
+    /// else int32; uint32 for token files), or a type.
+    #[arg(long, default_value = "auto")]
+    dtype: String,
+    /// Worker threads [default: one per core].
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Replace an existing output.
+    #[arg(long)]
+    overwrite: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Documents per chunk a worker tokenizes at once.
+const CHUNK: usize = 256;
+
+/// Where documents come from, in order.
+enum Reader {
+    Lines {
+        path: PathBuf,
+        lines: std::io::Lines<BufReader<std::fs::File>>,
+        line: u64,
+    },
+    Rows {
+        path: String,
+        source: std::sync::Arc<dyn Source>,
+        next: u64,
+    },
+    Whole(PathBuf),
+    Done,
+}
+
+pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
+    let tokenizer = TextTokenizer::load(&args.tokenizer).map_err(anyhow::Error::msg)?;
+    let eod = match (args.append_eod, args.eod_id) {
+        (_, Some(id)) => Some(id),
+        (true, None) => Some(
+            ["<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>"]
+                .iter()
+                .find_map(|t| tokenizer.token_id(t))
+                .with_context(|| {
+                    format!(
+                        "{} has none of <|endoftext|>, </s>, <eos>, <|end_of_text|>: pass \
+                         --eod-id",
+                        args.tokenizer.display()
+                    )
+                })?,
+        ),
+        (false, None) => None,
+    };
+    let options = EncodeOptions {
+        add_special_tokens: !args.no_special_tokens,
+        eos: eod.filter(|_| args.append_eod),
+        ..Default::default()
+    };
+    let vocab = tokenizer.vocab_size();
+    let dtype = match (args.dtype.as_str(), args.to) {
+        ("auto", Output::Megatron) if vocab < 65_500 => DType::U16,
+        ("auto", Output::Megatron) => DType::I32,
+        ("auto", Output::Tokens) if vocab <= 65_536 => DType::U16,
+        ("auto", Output::Tokens) => DType::U32,
+        (other, _) => other.parse::<DType>()?,
+    };
+    let files = expand(&args.inputs)?;
+    let outputs = match args.to {
+        Output::Megatron => {
+            let (idx, bin) = chute::formats::megatron::paths_of(&args.output);
+            vec![bin, idx]
+        }
+        Output::Tokens => vec![args.output.clone()],
+    };
+    if !args.overwrite
+        && let Some(p) = outputs.iter().find(|p| p.exists())
+    {
+        bail!("{} exists; pass --overwrite to replace it", p.display());
+    }
+    let sink = match args.to {
+        Output::Megatron => Sink::Megatron(MegatronWriter::create(&args.output, dtype)?),
+        Output::Tokens => Sink::Tokens(TokenWriter::create(&args.output, dtype)?),
+    };
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {pos} documents, {per_sec}, {elapsed} {msg}")
+                .expect("a valid template"),
+        )
+    };
+    let started = std::time::Instant::now();
+    // Job 0 reads documents into chunks, job 1 writes the tokenized chunks in order, the
+    // others tokenize; any failure stops them all.
+    let (work_tx, work_rx) = mpsc::sync_channel::<(u64, Vec<String>)>(workers * 2);
+    let (done_tx, done_rx) = mpsc::channel::<(u64, anyhow::Result<Vec<Vec<u32>>>)>();
+    let work_tx = Mutex::new(Some(work_tx));
+    let work_rx = Mutex::new(work_rx);
+    let done_rx = Mutex::new(done_rx);
+    let stop = AtomicBool::new(false);
+    // Chunks the reader made, once it has finished.
+    let chunks: Mutex<Option<u64>> = Mutex::new(None);
+    let counts = Mutex::new((0u64, 0u64));
+    let sink = Mutex::new(Some(sink));
+    let field = args.field.clone();
+    let result = for_each_parallel(workers + 2, workers + 2, |job| -> anyhow::Result<()> {
+        let out = match job {
+            0 => {
+                let tx = work_tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+                read_chunks(&files, &field, tx, &stop, &chunks)
+            }
+            1 => {
+                let mut sink = sink.lock().unwrap_or_else(|e| e.into_inner());
+                let rx = done_rx.lock().unwrap_or_else(|e| e.into_inner());
+                write_chunks(
+                    &rx,
+                    sink.as_mut().expect("one writer"),
+                    &stop,
+                    &chunks,
+                    &bar,
+                )
+                .map(|c| *counts.lock().unwrap_or_else(|e| e.into_inner()) = c)
+            }
+            _ => {
+                let done = done_tx.clone();
+                loop {
+                    let next = work_rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    let Ok((n, texts)) = next else { break Ok(()) };
+                    let ids = texts
+                        .iter()
+                        .map(|t| tokenizer.encode(t, options).map_err(anyhow::Error::msg))
+                        .collect();
+                    if done.send((n, ids)).is_err() {
+                        break Ok(());
+                    }
+                }
+            }
+        };
+        if out.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        out
+    });
+    result?;
+    let (docs, tokens) = counts.into_inner().unwrap_or_else(|e| e.into_inner());
+    let sink = sink
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .expect("the writer hands it back");
+    sink.finish()?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "wrote {docs} documents, {tokens} {dtype} tokens ({:.2} M tokens/s on {workers} workers) \
+         to {}",
+        tokens as f64 / secs.max(1e-9) / 1e6,
+        outputs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    );
+    Ok(())
+}
+
+/// Reads `files`' documents into chunks of [`CHUNK`] for the tokenizers, numbered in order;
+/// records how many when done. Stops early when `stop` is set.
+fn read_chunks(
+    files: &[PathBuf],
+    field: &str,
+    tx: Option<mpsc::SyncSender<(u64, Vec<String>)>>,
+    stop: &AtomicBool,
+    chunks: &Mutex<Option<u64>>,
+) -> anyhow::Result<()> {
+    let Some(tx) = tx else { return Ok(()) };
+    let mut n = 0u64;
+    let mut chunk = Vec::with_capacity(CHUNK);
+    let send = |item: (u64, Vec<String>)| -> bool {
+        let mut item = item;
+        loop {
+            match tx.try_send(item) {
+                Ok(()) => return true,
+                Err(mpsc::TrySendError::Full(back)) if !stop.load(Ordering::Relaxed) => {
+                    item = back;
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                Err(_) => return false,
+            }
+        }
+    };
+    for file in files {
+        let mut r = Reader::open(file, field)?;
+        while let Some(text) = r.next(field)? {
+            chunk.push(text);
+            if chunk.len() == CHUNK {
+                if !send((n, std::mem::take(&mut chunk))) {
+                    return Ok(());
+                }
+                n += 1;
+            }
+        }
+    }
+    if !chunk.is_empty() {
+        if !send((n, chunk)) {
+            return Ok(());
+        }
+        n += 1;
+    }
+    *chunks.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
+    Ok(())
+}
+
+/// Writes the tokenized chunks in order until all the reader made are written; returns the
+/// documents and tokens written.
+fn write_chunks(
+    rx: &mpsc::Receiver<(u64, anyhow::Result<Vec<Vec<u32>>>)>,
+    sink: &mut Sink,
+    stop: &AtomicBool,
+    chunks: &Mutex<Option<u64>>,
+    bar: &ProgressBar,
+) -> anyhow::Result<(u64, u64)> {
+    let mut pending: BTreeMap<u64, Vec<Vec<u32>>> = BTreeMap::new();
+    let (mut next, mut docs, mut tokens) = (0u64, 0u64, 0u64);
+    loop {
+        if *chunks.lock().unwrap_or_else(|e| e.into_inner()) == Some(next) {
+            return Ok((docs, tokens));
+        }
+        if stop.load(Ordering::Relaxed) {
+            bail!("stopped: another part of the job failed");
+        }
+        let Ok((n, ids)) = rx.recv_timeout(std::time::Duration::from_millis(20)) else {
+            continue;
+        };
+        pending.insert(n, ids?);
+        while let Some(chunk) = pending.remove(&next) {
+            for ids in &chunk {
+                sink.add(ids)?;
+                tokens += ids.len() as u64;
+            }
+            docs += chunk.len() as u64;
+            bar.set_position(docs);
+            bar.set_message(format!("{tokens} tokens"));
+            next += 1;
+        }
+    }
+}
+
+/// The output being written.
+enum Sink {
+    Megatron(MegatronWriter),
+    Tokens(TokenWriter),
+}
+
+impl Sink {
+    fn add(&mut self, ids: &[u32]) -> anyhow::Result<()> {
+        match self {
+            Sink::Megatron(w) => w.add_document(ids)?,
+            Sink::Tokens(w) => w.write_tokens(ids)?,
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        match self {
+            Sink::Megatron(w) => {
+                w.finish()?;
+            }
+            Sink::Tokens(w) => {
+                w.finish()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The input files: brace patterns and globs expanded, in order.
+fn expand(inputs: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for input in inputs {
+        for name in expand_braces(input)? {
+            if name.contains('*') {
+                let mut found: Vec<PathBuf> = Vec::new();
+                for m in glob_matches(&name)? {
+                    found.push(m);
+                }
+                ensure!(!found.is_empty(), "{name}: no files match the pattern");
+                found.sort();
+                out.extend(found);
+            } else {
+                out.push(PathBuf::from(name));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Files matching `pattern`'s last component (`*` only) in its folder.
+fn glob_matches(pattern: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let path = Path::new(pattern);
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    ensure!(
+        !dir.to_string_lossy().contains('*'),
+        "{pattern}: only the file name may hold `*`"
+    );
+    let parts: Vec<&str> = name.split('*').collect();
+    let matches = |s: &str| -> bool {
+        let (first, last) = (parts[0], parts[parts.len() - 1]);
+        if !s.starts_with(first) || !s.ends_with(last) || s.len() < first.len() + last.len() {
+            return false;
+        }
+        let mut rest = &s[first.len()..s.len() - last.len()];
+        for p in &parts[1..parts.len() - 1] {
+            match rest.find(p) {
+                Some(i) => rest = &rest[i + p.len()..],
+                None => return false,
+            }
+        }
+        true
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let p = entry?.path();
+        if p.is_file()
+            && p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.starts_with('.') && matches(n))
+        {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+impl Reader {
+    fn open(path: &Path, field: &str) -> anyhow::Result<Reader> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
+        Ok(match ext {
+            "jsonl" | "ndjson" | "json" => {
+                let f = std::fs::File::open(path)
+                    .with_context(|| format!("opening {}", path.display()))?;
+                Reader::Lines {
+                    path: path.to_path_buf(),
+                    lines: BufReader::with_capacity(1 << 20, f).lines(),
+                    line: 0,
+                }
+            }
+            _ if matches!(
+                Format::from_path(path),
+                Some(Format::Parquet | Format::Arrow)
+            ) =>
+            {
+                let options = OpenOptions {
+                    columns: Some(vec![field.to_string()]),
+                    ..Default::default()
+                };
+                Reader::Rows {
+                    path: path.display().to_string(),
+                    source: chute::formats::open(&[path], &options)?,
+                    next: 0,
+                }
+            }
+            _ => Reader::Whole(path.to_path_buf()),
+        })
+    }
+
+    /// The next document's text, or `None` at the end of the file.
+    fn next(&mut self, field: &str) -> anyhow::Result<Option<String>> {
+        match self {
+            Reader::Lines { path, lines, line } => loop {
+                let Some(text) = lines.next() else {
+                    return Ok(None);
+                };
+                *line += 1;
+                let text = text.with_context(|| format!("{} line {line}", path.display()))?;
+                if text.trim().is_empty() {
+                    continue;
+                }
+                let value: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+                    format!("{} line {line}: not a JSON object", path.display())
+                })?;
+                return match value.get(field) {
+                    Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+                    Some(other) => bail!(
+                        "{} line {line}: {field:?} holds {other}, not a string",
+                        path.display()
+                    ),
+                    None => bail!(
+                        "{} line {line}: no key {field:?}; name the text's key with --field",
+                        path.display()
+                    ),
+                };
+            },
+            Reader::Rows { path, source, next } => {
+                if *next >= source.manifest().total_samples() {
+                    return Ok(None);
+                }
+                let sample = source.read(*next)?;
+                let row = *next;
+                *next += 1;
+                match sample.get(field) {
+                    Some(Field::Text(b) | Field::Bytes(b)) => {
+                        Ok(Some(String::from_utf8(b.to_vec()).with_context(|| {
+                            format!("{path} row {row}: column {field:?} is not UTF-8")
+                        })?))
+                    }
+                    _ => bail!("{path} row {row}: column {field:?} is not a string column"),
+                }
+            }
+            Reader::Whole(path) => {
+                let text = std::fs::read_to_string(&*path)
+                    .with_context(|| format!("reading {} as UTF-8 text", path.display()))?;
+                *self = Reader::Done;
+                Ok(Some(text))
+            }
+            Reader::Done => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Tokenization with Hugging Face's `tokenizers` (a `tokenizer.json`), for the `tokenize` op
+//! and `chute tokenize`: the same ids the Python `tokenizers` package gives, on chute's
+//! threads. Each file is loaded once per process and shared (a tokenizer is immutable and
+//! thread-safe).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A loaded `tokenizer.json`, compared by path.
+#[derive(Clone)]
+pub struct TextTokenizer {
+    path: PathBuf,
+    inner: Arc<tokenizers::Tokenizer>,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl PartialEq for TextTokenizer {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+/// How a text becomes ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EncodeOptions {
+    /// The tokenizer's own special tokens (its post-processor: BERT's `[CLS] ... [SEP]`, a
+    /// Llama BOS), as `tokenizer.encode(text)` adds them by default in Python.
+    pub add_special_tokens: bool,
+    /// An id put before the text's.
+    pub bos: Option<u32>,
+    /// An id put after the text's (Megatron's `--append-eod`).
+    pub eos: Option<u32>,
+    /// At most this many ids in all (BOS and EOS included; the text's are cut, its EOS kept).
+    pub max_length: Option<usize>,
+}
+
+impl TextTokenizer {
+    /// The tokenizer in `path` (a `tokenizer.json`), loaded on first use and shared.
+    pub fn load(path: impl AsRef<Path>) -> Result<TextTokenizer, String> {
+        static LOADED: OnceLock<Mutex<HashMap<PathBuf, Arc<tokenizers::Tokenizer>>>> =
+            OnceLock::new();
+        let path = path.as_ref();
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut map = LOADED
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = map.get(&key) {
+            return Ok(TextTokenizer {
+                path: key,
+                inner: Arc::clone(t),
+            });
+        }
+        let t = tokenizers::Tokenizer::from_file(path).map_err(|e| {
+            format!(
+                "{}: not a tokenizer.json that Hugging Face's tokenizers reads: {e}",
+                path.display()
+            )
+        })?;
+        let t = Arc::new(t);
+        map.insert(key.clone(), Arc::clone(&t));
+        Ok(TextTokenizer {
+            path: key,
+            inner: t,
+        })
+    }
+
+    /// The file it was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The id of token `token` (`"<|endoftext|>"`), if the vocabulary has it.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// Ids in the vocabulary, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The ids of `text`, with `options`' special tokens and length.
+    pub fn encode(&self, text: &str, options: EncodeOptions) -> Result<Vec<u32>, String> {
+        let enc = self
+            .inner
+            .encode_fast(text, options.add_special_tokens)
+            .map_err(|e| format!("the tokenizer failed: {e}"))?;
+        let mut ids = Vec::with_capacity(enc.len() + 2);
+        ids.extend(options.bos);
+        ids.extend_from_slice(enc.get_ids());
+        if let Some(max) = options.max_length {
+            let keep = max.saturating_sub(usize::from(options.eos.is_some()));
+            ids.truncate(keep);
+        }
+        ids.extend(options.eos);
+        Ok(ids)
+    }
+
+    /// The text of `ids` (special tokens skipped when `skip_special`).
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, String> {
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| format!("the tokenizer failed to decode: {e}"))
+    }
+}

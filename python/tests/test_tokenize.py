@@ -1,0 +1,133 @@
+"""Tokenization with Hugging Face's tokenizers on chute's threads: `chute tokenize` (text to
+Megatron datasets, the same output for any number of workers, read back by Megatron-Core's
+reader) and the `tokenize` op (on the fly, on the workers) give exactly the ids the Python
+`tokenizers` package gives for the same tokenizer.json, on a tokenizer trained in the test,
+with unicode, empty and very long documents.
+
+The `chute` command comes from $CHUTE_BIN (scripts/test.sh points it at the debug build), else
+from the repository's target folder."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import chute
+
+tk = pytest.importorskip("tokenizers", reason="tokenizers not installed (scripts/test.sh installs it)")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TEXTS = [
+    "Hello, world! The quick brown fox jumps over the lazy dog.",
+    "",
+    "   ",
+    "Ünïcödé: naïve café, Straße, smörgåsbord; 日本語のテキスト、中文文本；한국어 텍스트.",
+    "emoji 🚀🔥 and RTL عربى עִברִית mixed with numbers 12345 and\nnew\tlines",
+    "<|endoftext|> appears inside a text too",
+    "x" * 3000 + " " + "long document " * 5000,
+]
+
+
+def chute_bin():
+    env = os.environ.get("CHUTE_BIN")
+    if env:
+        return env
+    for build in ("debug", "release"):
+        p = ROOT / "target" / build / "chute"
+        if p.is_file():
+            return str(p)
+    pytest.skip("no chute binary: run `cargo build -p chute-cli` or set CHUTE_BIN")
+
+
+@pytest.fixture(scope="module")
+def tokenizers_json(tmp_path_factory):
+    """Two tokenizers trained here: GPT-2-style byte-level BPE, and a Metaspace Unigram with a
+    post-processor that adds <s> ... </s>."""
+    d = tmp_path_factory.mktemp("tok")
+    corpus = TEXTS * 3 + [f"sentence number {i} with words {i * 7} and more" for i in range(300)]
+    bpe = tk.Tokenizer(tk.models.BPE())
+    bpe.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = tk.decoders.ByteLevel()
+    bpe.train_from_iterator(corpus, tk.trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"],
+        initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet()))
+    uni = tk.Tokenizer(tk.models.Unigram())
+    uni.normalizer = tk.normalizers.NFKC()
+    uni.pre_tokenizer = tk.pre_tokenizers.Metaspace()
+    uni.train_from_iterator(corpus, tk.trainers.UnigramTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>", "<unk>"], unk_token="<unk>"))
+    uni.post_processor = tk.processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", uni.token_to_id("<s>")),
+                                              ("</s>", uni.token_to_id("</s>"))])
+    paths = {}
+    for name, t in (("bpe", bpe), ("unigram", uni)):
+        paths[name] = str(d / f"{name}.json")
+        t.save(paths[name])
+    return paths
+
+
+def test_chute_tokenize_matches_the_tokenizers_package_for_any_worker_count(tmp_path, tokenizers_json):
+    docs = tmp_path / "docs.jsonl"
+    texts = TEXTS * 40
+    with open(docs, "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t, "id": 1}) + "\n")
+    for name, path in tokenizers_json.items():
+        ref = tk.Tokenizer.from_file(path)
+        eod = ref.token_to_id("</s>" if name == "unigram" else "<|endoftext|>")
+        outs = []
+        for workers in (1, 3):
+            prefix = tmp_path / f"{name}-{workers}"
+            subprocess.run([chute_bin(), "tokenize", str(docs), "--tokenizer", path, "-o", str(prefix),
+                            "--append-eod", "--workers", str(workers), "--quiet"],
+                           check=True, capture_output=True)
+            outs.append((prefix.with_suffix(".bin").read_bytes(), prefix.with_suffix(".idx").read_bytes()))
+        assert outs[0] == outs[1], "the output does not depend on the worker count"
+        want = [ref.encode(t).ids + [eod] for t in texts]
+        # Read back as documents: one Megatron sequence per document.
+        src = chute.tokens(str(tmp_path / f"{name}-1"), seq_len=7, pack="document")
+        assert src.format == "megatron"
+        got = np.concatenate([np.asarray(b["tokens"]).ravel()
+                              for b in chute.Loader(src, batch_size=4, shuffle=False)])
+        flat = np.concatenate([np.array(w, dtype=np.int64) for w in want])
+        assert np.array_equal(got, flat[: len(got)])
+        try:
+            import torch  # noqa: F401
+            from megatron.core.datasets.indexed_dataset import IndexedDataset
+        except ImportError:
+            continue
+        ds = IndexedDataset(str(tmp_path / f"{name}-1"))
+        assert len(ds) == len(texts)
+        for i, w in enumerate(want):
+            assert ds[i].tolist() == w, f"document {i}"
+
+
+def test_the_tokenize_op_runs_on_the_workers_and_matches_the_package(tmp_path, tokenizers_json):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    texts = TEXTS * 10
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": texts, "n": list(range(len(texts)))}), path, row_group_size=16)
+    for name, tok in tokenizers_json.items():
+        ref = tk.Tokenizer.from_file(tok)
+        spec = {"text": {"as": "input_ids", "ops": [{"op": "tokenize", "tokenizer": tok,
+                                                     "eos": "</s>" if name == "unigram" else "<|endoftext|>",
+                                                     "max_length": 512}]}}
+        loader = chute.Loader(chute.parquet(str(path)), batch_size=8, shuffle=True, seed=1,
+                              num_workers=2, transforms=spec, pad=True)
+        seen = 0
+        for b in loader:
+            ids, mask = np.asarray(b["input_ids"]), np.asarray(b["input_ids_mask"])
+            for row, m, n in zip(ids, mask, np.asarray(b["n"])):
+                eos = ref.token_to_id("</s>" if name == "unigram" else "<|endoftext|>")
+                want = (ref.encode(texts[n]).ids[:511] + [eos])
+                assert row[m.astype(bool)].tolist() == want, (name, n)
+                seen += 1
+        assert seen == len(texts)
+    with pytest.raises(chute.ConfigError, match="tokenizer"):
+        chute.Loader(chute.parquet(str(path)), batch_size=8,
+                     transforms={"text": [{"op": "tokenize", "tokenizer": str(tmp_path / "nope.json")}]})
