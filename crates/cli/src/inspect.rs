@@ -41,6 +41,10 @@ pub(crate) struct CatArgs {
     /// First record (global sample id).
     #[arg(long, default_value_t = 0)]
     skip: u64,
+    /// A `tokenizer.json`: token fields (`tokens`, `input_ids`) are decoded back to text too
+    /// (a `<name>_text` field).
+    #[arg(long)]
+    tokenizer: Option<std::path::PathBuf>,
 }
 
 /// A sample as JSON: small arrays in full, bytes as their length and first bytes in hex.
@@ -127,8 +131,10 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             .map(|(name, f)| format!("{name}: {}", kind(f)))
             .collect(),
     };
+    let documents = documents_report(&dataset, &args.dataset)?;
     let report = json!({
         "format": dataset.format.name(),
+        "documents": documents,
         "shards": m.shards.len(),
         "samples": n,
         "bytes": m.total_bytes(),
@@ -148,12 +154,63 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         println!("samples:     {n}");
         println!("bytes:       {}", m.total_bytes());
         println!("fields:      {}", fields.join(", "));
+        if let Some(d) = report["documents"].as_object() {
+            println!(
+                "documents:   {} ({} tokens); lengths min {}, median {}, p90 {}, p99 {}, max {}, \
+                 mean {:.1}",
+                d["documents"],
+                d["tokens"],
+                d["min"],
+                d["median"],
+                d["p90"],
+                d["p99"],
+                d["max"],
+                d["mean"].as_f64().unwrap_or_default()
+            );
+        }
         println!("fingerprint: {}", m.fingerprint());
         for r in report["first"].as_array().into_iter().flatten() {
             println!("{r}");
         }
     }
     Ok(())
+}
+
+/// A document dataset's documents, tokens and length distribution (a Megatron dataset, or
+/// token files with `--eos-id`); `null` for other datasets.
+fn documents_report(
+    dataset: &chute::formats::Dataset,
+    args: &crate::dataset::DatasetArgs,
+) -> anyhow::Result<serde_json::Value> {
+    use chute::formats::{Documents, Format};
+    let docs = match (dataset.format, args.eos_id) {
+        (Format::Megatron, _) => Documents::megatron(&dataset.files)?,
+        (Format::Tokens, Some(eos)) => {
+            let dtype = args.token_dtype.unwrap_or(chute::core::DType::U16);
+            Documents::split_at_eos(&dataset.files, dtype, eos)?
+        }
+        _ => return Ok(serde_json::Value::Null),
+    };
+    let mut lens: Vec<u64> = (0..docs.len()).map(|d| docs.doc_len(d)).collect();
+    lens.sort_unstable();
+    let at = |q: f64| -> u64 {
+        if lens.is_empty() {
+            0
+        } else {
+            lens[((lens.len() - 1) as f64 * q).round() as usize]
+        }
+    };
+    Ok(json!({
+        "documents": docs.len(),
+        "tokens": docs.tokens(),
+        "dtype": docs.dtype().name(),
+        "min": at(0.0),
+        "median": at(0.5),
+        "p90": at(0.9),
+        "p99": at(0.99),
+        "max": at(1.0),
+        "mean": docs.tokens() as f64 / docs.len().max(1) as f64,
+    }))
 }
 
 /// A mixture: its components, the effective proportions at each schedule point, and how
@@ -232,13 +289,34 @@ pub(crate) fn cat(args: CatArgs) -> anyhow::Result<()> {
     let source = args.dataset.open()?;
     let n = source.manifest().total_samples();
     let end = args.records.map_or(n, |k| (args.skip + k).min(n));
+    let tokenizer = match &args.tokenizer {
+        Some(p) => Some(chute::ops::text::TextTokenizer::load(p).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for id in args.skip..end {
         let s = source
             .read(id)
             .with_context(|| format!("reading sample {id}"))?;
+        let mut record = sample_json(&s);
+        if let Some(t) = &tokenizer {
+            for name in ["tokens", "input_ids"] {
+                let Some(Field::Array(a)) = s.get(name) else {
+                    continue;
+                };
+                let n: usize = a.shape.iter().product();
+                let mut wide = vec![0u8; n * 8];
+                chute::core::cast_into(a.dtype, &a.data, chute::core::DType::I64, &mut wide);
+                let ids: Vec<u32> = wide
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as u32)
+                    .collect();
+                let text = t.decode(&ids, false).map_err(anyhow::Error::msg)?;
+                record[format!("{name}_text")] = Value::String(text);
+            }
+        }
         use std::io::Write;
-        if writeln!(out, "{}", sample_json(&s)).is_err() {
+        if writeln!(out, "{record}").is_err() {
             break; // a closed pipe (`| head`) ends the listing quietly
         }
     }

@@ -53,8 +53,8 @@ pub(crate) struct TokenizeArgs {
     /// Put the end-of-document id after every document (Megatron's `--append-eod`).
     #[arg(long)]
     append_eod: bool,
-    /// The end-of-document id [default: the tokenizer's `<|endoftext|>`, `</s>`, `<eos>` or
-    /// `<|end_of_text|>`, the first it has].
+    /// The end-of-document id (default: the tokenizer's `<|endoftext|>`, `</s>`, `<eos>` or
+    /// `<|end_of_text|>`, the first it has).
     #[arg(long)]
     eod_id: Option<u32>,
     /// Leave out the tokenizer's own special tokens (its post-processor's BOS, CLS, ...).
