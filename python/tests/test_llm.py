@@ -166,3 +166,31 @@ def test_packing_needs_documents_and_names_what_is_wrong(tmp_path):
     (tmp_path / "bad.idx").write_bytes(b"MMIDIDX\0\0" + b"\1" + b"\0" * 40)
     with pytest.raises(chute.CorruptDataError, match="bad.idx"):
         chute.tokens(str(bad), seq_len=8)
+
+
+@pytest.mark.parametrize("ext", ["parquet", "arrow"])
+def test_tokenized_parquet_and_arrow_rows_are_documents(tmp_path, ext):
+    pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (scripts/test.sh installs it)")
+    docs = documents(150, seed=4, longest=60)
+    ids = pa.array([d.astype(np.int32).tolist() for d in docs], type=pa.list_(pa.int32()))
+    table = pa.table({"input_ids": ids, "attention_mask": ids})
+    path = tmp_path / f"tok.{ext}"
+    if ext == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path, row_group_size=40)
+    else:
+        import pyarrow.feather as feather
+
+        feather.write_feather(table, path, chunksize=40)
+    src = chute.dataset(str(path), seq_len=15, pack="concat", eos_id=0)
+    flat = np.concatenate([np.append(d, 0) for d in docs])
+    assert len(src) == len(flat) // 16
+    got = np.concatenate([np.asarray(b["tokens"]).ravel()
+                          for b in chute.Loader(src, batch_size=8, shuffle=False)])
+    assert np.array_equal(got, flat[: len(got)])
+    fit = chute.dataset(str(path), seq_len=64, pack="best_fit", eos_id=0)
+    rows = sum(len(b["tokens"]) for b in chute.Loader(fit, batch_size=8, shuffle=True))
+    assert rows == len(fit)
+    with pytest.raises(chute.ConfigError, match="nope"):
+        chute.dataset(str(path), seq_len=15, pack="concat", columns=["nope"])

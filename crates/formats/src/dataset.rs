@@ -180,10 +180,12 @@ pub struct OpenOptions {
     pub raw: bool,
     /// TFRecord: verify each record's CRC32Cs (the default).
     pub verify_checksums: bool,
-    /// Token files and Megatron datasets: documents packed into rows ([`PackedSource`]; its
-    /// `seq_len` and `out_dtype` are the options above). Megatron datasets are packed
-    /// (`concat` by default) whether set or not; token files only when set, their documents
-    /// ending with `eos_id` (which is then their delimiter, not appended).
+    /// Token files, Megatron datasets, tokenized Parquet and Arrow: documents packed into rows
+    /// ([`PackedSource`]; its `seq_len` and `out_dtype` are the options above). Megatron
+    /// datasets are packed (`concat` by default) whether set or not; token files only when
+    /// set, their documents ending with `eos_id` (which is then their delimiter, not
+    /// appended); Parquet and Arrow only when set, one document a row, its ids in the list
+    /// column `columns[0]` (default `input_ids`).
     pub pack: Option<PackOptions>,
 }
 
@@ -333,6 +335,28 @@ impl Dataset {
                     ..Default::default()
                 };
                 Arc::new(TfRecordSource::open(files, opts)?)
+            }
+            Format::Parquet | Format::Arrow if options.pack.is_some() => {
+                // Tokenized documents: one row each, its ids in a list column.
+                let column = options
+                    .columns
+                    .as_ref()
+                    .and_then(|c| c.first().cloned())
+                    .unwrap_or_else(|| "input_ids".to_string());
+                let projected = OpenOptions {
+                    columns: Some(vec![column.clone()]),
+                    pack: None,
+                    ..options.clone()
+                };
+                let rows = self.open_files(files, &projected)?;
+                let name = files.first().map(|f| f.display().to_string()).unwrap_or_default();
+                let docs = Documents::from_column(rows.as_ref(), &column, &name)?;
+                let tokens = TokenOptions {
+                    seq_len: options.seq_len.unwrap_or(DEFAULT_SEQ_LEN),
+                    out_dtype: options.out_dtype,
+                    ..Default::default()
+                };
+                Arc::new(PackedSource::new(docs, self.pack_options(options, tokens))?)
             }
             Format::Parquet => open_parquet(files, options)?,
             Format::Arrow => open_arrow(files, options)?,

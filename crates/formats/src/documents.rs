@@ -4,12 +4,14 @@
 //! [`Documents`] comes from Megatron indexed datasets ([`Documents::megatron`]: the index says
 //! where each document is, nothing is scanned) or from flat token files whose documents end
 //! with an end-of-sequence id ([`Documents::split_at_eos`]: the files are scanned once when
-//! opened). Token data stays in the files' memory maps.
+//! opened), or from a column of token lists ([`Documents::from_column`]: Hugging Face's
+//! tokenized Parquet or Arrow, one row per document, copied into memory when opened). Token
+//! data of files stays in their memory maps.
 
 use std::path::Path;
 
 use bytes::Bytes;
-use chute_core::{ConfigError, DType, Error};
+use chute_core::{ConfigError, DType, Error, Field, Source};
 
 use crate::megatron::{self, MegatronIndex};
 
@@ -32,7 +34,7 @@ pub struct Documents {
     /// Global index of each file's first document, then the total.
     starts: Vec<u64>,
     tokens: u64,
-    /// What the documents are, for manifests: `megatron` or `eos:<id>`.
+    /// What the documents are, for manifests: `megatron`, `eos:<id>` or `column:<name>`.
     kind: String,
 }
 
@@ -163,6 +165,62 @@ impl Documents {
         ))
     }
 
+    /// The documents of a column of token lists, one row per document (Hugging Face's
+    /// tokenized datasets: an `input_ids` column of `list<int32>` or `list<int64>`, in
+    /// Parquet or Arrow), read from `source` (a Parquet or Arrow source projected to the
+    /// column) when opened: the tokens are copied into memory, in the column's dtype. `name`
+    /// names the data in manifests.
+    pub fn from_column(source: &dyn Source, column: &str, name: &str) -> Result<Documents, Error> {
+        let n = source.manifest().total_samples();
+        let mut data: Vec<u8> = Vec::new();
+        let mut starts = vec![0u64];
+        let mut dtype: Option<DType> = None;
+        for id in 0..n {
+            let sample = source.read(id)?;
+            let Some(Field::Array(a)) = sample.get(column) else {
+                return Err(ConfigError::new(
+                    "columns",
+                    format!(
+                        "{name}: row {id} has no list of token ids in column {column:?} (name \
+                         the column holding them: columns=[...])"
+                    ),
+                )
+                .into());
+            };
+            let d = a.dtype;
+            if !matches!(d, DType::U8 | DType::I8 | DType::U16 | DType::I16 | DType::U32 | DType::I32 | DType::U64 | DType::I64)
+                || a.shape.len() > 1
+            {
+                return Err(ConfigError::new(
+                    "columns",
+                    format!("{name}: column {column:?} holds {d} {:?}, not lists of token ids", a.shape),
+                )
+                .into());
+            }
+            match dtype {
+                None => dtype = Some(d),
+                Some(first) if first != d => {
+                    return Err(Error::corrupt(
+                        name,
+                        id,
+                        format!("row {id} of {column:?} is {d} where earlier rows are {first}"),
+                    ));
+                }
+                Some(_) => {}
+            }
+            data.extend_from_slice(&a.data);
+            starts.push((data.len() / d.size()) as u64);
+        }
+        let dtype = dtype.unwrap_or(DType::I64);
+        Ok(Self::assemble(
+            vec![Bytes::from(data)],
+            vec![name.to_string()],
+            vec![Bounds::Starts(starts)],
+            dtype,
+            format!("column:{column}"),
+        ))
+    }
+
     fn assemble(
         files: Vec<Bytes>,
         names: Vec<String>,
@@ -221,7 +279,7 @@ impl Documents {
         self.files.iter().map(|f| f.len() as u64).collect()
     }
 
-    /// `megatron` or `eos:<id>`: how the documents were found.
+    /// `megatron`, `eos:<id>` or `column:<name>`: how the documents were found.
     pub fn kind(&self) -> &str {
         &self.kind
     }
