@@ -131,3 +131,34 @@ def test_the_tokenize_op_runs_on_the_workers_and_matches_the_package(tmp_path, t
     with pytest.raises(chute.ConfigError, match="tokenizer"):
         chute.Loader(chute.parquet(str(path)), batch_size=8,
                      transforms={"text": [{"op": "tokenize", "tokenizer": str(tmp_path / "nope.json")}]})
+
+
+def test_sft_labels_mask_the_prompt_with_the_ignore_index(tmp_path, tokenizers_json):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    prompts = [f"Question {i}: what is {i} plus {i}? {TEXTS[i % len(TEXTS)][:80]}" for i in range(40)]
+    answers = [f"The answer is {2 * i}. " + TEXTS[(i + 3) % len(TEXTS)][:200] for i in range(40)]
+    path = tmp_path / "sft.parquet"
+    pq.write_table(pa.table({"prompt": prompts, "response": answers, "n": list(range(40))}), path)
+    tok = tokenizers_json["unigram"]
+    ref = tk.Tokenizer.from_file(tok)
+    eos = ref.token_to_id("</s>")
+    spec = {"response": {"as": "input_ids", "ops": [
+        {"op": "tokenize", "tokenizer": tok, "prompt": "prompt", "eos": eos, "max_length": 64}]}}
+    loader = chute.Loader(chute.parquet(str(path)), batch_size=8, num_workers=2,
+                          transforms=spec, pad=True)
+    seen = 0
+    for b in loader:
+        ids, labels = np.asarray(b["input_ids"]), np.asarray(b["labels"])
+        masks = np.asarray(b["input_ids_mask"]).astype(bool)
+        for row, lab, m, n in zip(ids, labels, masks, np.asarray(b["n"])):
+            head = ref.encode(prompts[n]).ids
+            want = (head + ref.encode(answers[n], add_special_tokens=False).ids)[:63] + [eos]
+            assert row[m].tolist() == want
+            k = min(len(head), len(want))
+            assert lab[m].tolist() == [-100] * k + want[k:]
+            seen += 1
+    assert seen == 40
+    with pytest.raises(chute.ConfigError, match="comes first"):
+        chute.Loader(chute.parquet(str(path)), batch_size=8, transforms={"response": [
+            {"op": "text"}, {"op": "tokenize", "tokenizer": tok, "prompt": "prompt"}]})

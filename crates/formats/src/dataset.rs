@@ -349,7 +349,10 @@ impl Dataset {
                     ..options.clone()
                 };
                 let rows = self.open_files(files, &projected)?;
-                let name = files.first().map(|f| f.display().to_string()).unwrap_or_default();
+                let name = files
+                    .first()
+                    .map(|f| f.display().to_string())
+                    .unwrap_or_default();
                 let docs = Documents::from_column(rows.as_ref(), &column, &name)?;
                 let tokens = TokenOptions {
                     seq_len: options.seq_len.unwrap_or(DEFAULT_SEQ_LEN),

@@ -188,12 +188,24 @@ impl Documents {
                 .into());
             };
             let d = a.dtype;
-            if !matches!(d, DType::U8 | DType::I8 | DType::U16 | DType::I16 | DType::U32 | DType::I32 | DType::U64 | DType::I64)
-                || a.shape.len() > 1
+            if !matches!(
+                d,
+                DType::U8
+                    | DType::I8
+                    | DType::U16
+                    | DType::I16
+                    | DType::U32
+                    | DType::I32
+                    | DType::U64
+                    | DType::I64
+            ) || a.shape.len() > 1
             {
                 return Err(ConfigError::new(
                     "columns",
-                    format!("{name}: column {column:?} holds {d} {:?}, not lists of token ids", a.shape),
+                    format!(
+                        "{name}: column {column:?} holds {d} {:?}, not lists of token ids",
+                        a.shape
+                    ),
                 )
                 .into());
             }

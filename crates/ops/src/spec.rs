@@ -36,7 +36,7 @@
 //! | `npy` | `.npy` bytes | the array |
 //! | `text` | UTF-8 bytes | text |
 //! | `json` | JSON bytes: a number, a list of numbers or a string | scalar, 1-D array or text |
-//! | `tokenize` (`tokenizer`: a `tokenizer.json`; `add_special_tokens` = true; `bos`, `eos`: an id or a token; `max_length`) | UTF-8 text or bytes | `int64 [n]` token ids, as Hugging Face's `tokenizers` gives them (feature `tokenizers`) |
+//! | `tokenize` (`tokenizer`: a `tokenizer.json`; `add_special_tokens` = true; `bos`, `eos`: an id or a token; `max_length`; `prompt`, `labels`: see [`Op::Tokenize`]) | UTF-8 text or bytes | `int64 [n]` token ids, as Hugging Face's `tokenizers` gives them (feature `tokenizers`); with `prompt`, the prompt's ids then this field's, and `labels` with the prompt's as -100 |
 //!
 //! Randomness (`random_resized_crop`, `horizontal_flip`) comes only from the sample's RNG, so
 //! crops and flips depend on (seed, epoch, sample), never on the worker. When `decode` is
@@ -186,6 +186,15 @@ pub enum Op {
         /// At most this many ids (the text's are cut; BOS and EOS kept).
         #[serde(default)]
         max_length: Option<usize>,
+        /// Supervised fine-tuning: the field holding the prompt. This field is then the
+        /// response: the ids are the prompt's then the response's, and a `labels` field holds
+        /// the same ids with the prompt's replaced by -100 (the ignore index of PyTorch's
+        /// cross-entropy), so only the response counts in the loss. Only as the first op.
+        #[serde(default)]
+        prompt: Option<String>,
+        /// The labels field's name (default `labels`), with `prompt`.
+        #[serde(default)]
+        labels: Option<String>,
     },
 }
 
@@ -325,6 +334,24 @@ impl Pipeline {
                 return Err(ConfigError::new(
                     "transform",
                     format!("field {field:?}: an empty field name"),
+                ));
+            }
+            if let Some(i) = f.ops.iter().skip(1).position(|op| {
+                matches!(
+                    op,
+                    Op::Tokenize {
+                        prompt: Some(_),
+                        ..
+                    }
+                )
+            }) {
+                return Err(ConfigError::new(
+                    "transform",
+                    format!(
+                        "field {field:?}, op {}: tokenize with a prompt reads two fields, so it \
+                         comes first",
+                        i + 2
+                    ),
                 ));
             }
             let mut kind = Kind::Bytes;
@@ -536,6 +563,7 @@ pub(crate) fn tokenizing(
         bos,
         eos,
         max_length,
+        ..
     } = op
     else {
         return Err("not a tokenize op".into());
@@ -620,6 +648,21 @@ impl Pipeline {
                 }
             };
             let context = |e: OpError| BadData::new(name.as_str(), e);
+            if let Some(Op::Tokenize {
+                prompt: Some(prompt),
+                labels,
+                ..
+            }) = f.ops.first()
+            {
+                let (ids, labels_value) =
+                    step::tokenize_pair(&plan.steps[0], sample, prompt, value).map_err(context)?;
+                let value = step::run(&plan.steps[1..], ids, rng, None).map_err(context)?;
+                let output = f.output.clone().unwrap_or(name);
+                sample.set(FieldName::Owned(output), step::into_field(value));
+                let labels = labels.clone().unwrap_or_else(|| "labels".to_string());
+                sample.set(FieldName::Owned(labels), step::into_field(labels_value));
+                continue;
+            }
             if let (Some((at, steps)), Some(out)) = (&plan.into_slot, out.as_deref_mut()) {
                 // The slot's column replaces a field of that name, as setting it would.
                 sample.remove(&self.slots[*at].name);

@@ -105,6 +105,36 @@ impl TextTokenizer {
         Ok(ids)
     }
 
+    /// The ids of a prompt and its response, for supervised fine-tuning: `bos`, the prompt's
+    /// ids (with the tokenizer's special tokens when `add_special_tokens`), the response's
+    /// (without), `eos`; cut to `max_length` (the response's end, its EOS kept). Returns the
+    /// ids and how many of them are the prompt's (the labels mask those).
+    pub fn encode_pair(
+        &self,
+        prompt: &str,
+        response: &str,
+        options: EncodeOptions,
+    ) -> Result<(Vec<u32>, usize), String> {
+        let head = EncodeOptions {
+            eos: None,
+            max_length: None,
+            ..options
+        };
+        let mut ids = self.encode(prompt, head)?;
+        let prompt_len = ids.len();
+        let tail = self
+            .inner
+            .encode_fast(response, false)
+            .map_err(|e| format!("the tokenizer failed: {e}"))?;
+        ids.extend_from_slice(tail.get_ids());
+        if let Some(max) = options.max_length {
+            ids.truncate(max.saturating_sub(usize::from(options.eos.is_some())));
+        }
+        ids.extend(options.eos);
+        let n = prompt_len.min(ids.len());
+        Ok((ids, n))
+    }
+
     /// The text of `ids` (special tokens skipped when `skip_special`).
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String, String> {
         self.inner

@@ -257,6 +257,59 @@ fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
     steps
 }
 
+/// A `tokenize` step with a prompt: the ids of the prompt (the text field `prompt` of
+/// `sample`) and of the response (`value`), and the labels (the prompt's ids as -100).
+pub(super) fn tokenize_pair(
+    step: &Step,
+    sample: &Sample,
+    prompt: &str,
+    value: Value,
+) -> Result<(Value, Value), OpError> {
+    #[cfg(feature = "tokenizers")]
+    {
+        let Step::Tokenize(t) = step else {
+            return Err(step.bug());
+        };
+        let (tok, options) = t
+            .as_ref()
+            .map_err(|why| OpError::wrong_input("tokenize", why.clone()))?;
+        let text = |b: &[u8]| -> Result<String, OpError> {
+            std::str::from_utf8(b)
+                .map(str::to_owned)
+                .map_err(|source| OpError::NotUtf8 { source })
+        };
+        let (Value::Bytes(b) | Value::Text(b)) = value else {
+            return Err(step.bug());
+        };
+        let response = text(&b)?;
+        let prompt_text = match sample.get(prompt) {
+            Some(Field::Text(p) | Field::Bytes(p)) => text(p)?,
+            _ => {
+                return Err(OpError::wrong_input(
+                    "tokenize",
+                    format!("the prompt field {prompt:?} is missing or not text"),
+                ));
+            }
+        };
+        let (ids, n) = tok
+            .encode_pair(&prompt_text, &response, *options)
+            .map_err(|why| OpError::wrong_input("tokenize", why))?;
+        let as_array = |v: &[i64]| -> Value {
+            let data: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            Value::Array(Array::new(DType::I64, vec![v.len()], data.into()))
+        };
+        let ids: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
+        let mut labels = ids.clone();
+        labels[..n].fill(-100);
+        Ok((as_array(&ids), as_array(&labels)))
+    }
+    #[cfg(not(feature = "tokenizers"))]
+    {
+        let _ = (sample, prompt, value);
+        Err(step.bug())
+    }
+}
+
 /// Runs `steps` on `value`; `slot` is the field's batch slot, for plans that write into it.
 pub(super) fn run(
     steps: &[Step],
