@@ -153,8 +153,12 @@ def pieces(prefix):
 
 def describe(b):
     """A batch's fields as `name [shape] dtype`."""
-    return ", ".join(f"{k} {list(v.shape)} {str(v.dtype).replace('torch.', '')}"
-                     for k, v in b.items())
+    def one(k, v):
+        if isinstance(v, list):  # one array per sample (chute's cu_seqlens)
+            return f"{k} list of {len(v)} {str(v[0].dtype).replace('torch.', '')}"
+        return f"{k} {list(v.shape)} {str(v.dtype).replace('torch.', '')}"
+
+    return ", ".join(one(k, v) for k, v in b.items())
 
 
 def take(make_iter, n, t=None, pad_of=None):
@@ -390,6 +394,7 @@ def main():
 
     concat = {
         "chute concat, 2 workers": ("chute", lambda: chute_loader(prefix, n, "concat")),
+        "chute document, 2 workers": ("chute", lambda: chute_loader(prefix, n, "document")),
         "Megatron GPTDataset build": ("megatron", mega_build),
         "Megatron GPTDataset, DataLoader(num_workers=0)": ("megatron", lambda: mega(0)),
         "Megatron GPTDataset, DataLoader(num_workers=2)": ("megatron", lambda: mega(2)),
