@@ -116,7 +116,9 @@ def tokens(
     - ``"best_fit"``: ``tokens`` ``[seq_len]`` of whole documents padded with ``pad_id``,
       ``position_ids``, ``segment_ids`` (0 on padding) and ``loss_mask`` (bool); longer
       documents are split or dropped (``long``); packed best-fit decreasing over windows of
-      ``pack_window`` documents in an order keyed by ``pack_seed``.
+      ``pack_window`` documents in an order keyed by ``pack_seed``;
+    - ``"pad"``: one document per row, cut to ``seq_len`` (its EOS kept): ``tokens`` ``[n]``,
+      padded to the batch's longest with ``tokens_mask`` under ``Loader(pad=True)``.
 
     For Megatron datasets ``eos_id`` is appended after every document. Local files are
     memory-mapped; URLs are downloaded whole when the source is opened."""

@@ -452,8 +452,9 @@ pub(crate) fn dtype(option: &str, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 /// `position_ids`, `segment_ids` and `cu_seqlens`), or `"best_fit"` (whole documents in rows
 /// of `seq_len`, padded with `pad_id`, with `loss_mask`; documents longer than `seq_len` are
 /// split or dropped, `long`; packed best-fit decreasing in windows of `pack_window`
-/// documents ordered by `pack_seed`). For Megatron datasets `eos_id` is appended after every
-/// document.
+/// documents ordered by `pack_seed`), or `"pad"` (one document per row, cut to `seq_len`;
+/// the loader's `pad=True` pads each batch to its longest). For Megatron datasets `eos_id` is
+/// appended after every document.
 #[pyfunction]
 #[pyo3(signature = (paths, seq_len, dtype=None, out_dtype=None, *, documents=None,
                     eos_id=None, pack=None, pad_id=0, long="split", pack_window=1024,

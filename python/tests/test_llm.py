@@ -194,3 +194,20 @@ def test_tokenized_parquet_and_arrow_rows_are_documents(tmp_path, ext):
     assert rows == len(fit)
     with pytest.raises(chute.ConfigError, match="nope"):
         chute.dataset(str(path), seq_len=15, pack="concat", columns=["nope"])
+
+
+def test_pad_mode_rows_are_documents_padded_to_the_batch(tmp_path):
+    docs = documents(100, seed=5, longest=50)
+    prefix = str(tmp_path / "ds")
+    with chute.MegatronWriter(prefix) as w:
+        for d in docs:
+            w.add_document(d)
+    src = chute.tokens(prefix, seq_len=40, pack="pad", eos_id=0)
+    assert len(src) == len(docs)
+    found = []
+    for b in chute.Loader(src, batch_size=8, shuffle=True, seed=2, pad=True, num_workers=2):
+        tokens, mask = np.asarray(b["tokens"]), np.asarray(b["tokens_mask"]).astype(bool)
+        assert tokens.shape[1] == mask.sum(axis=1).max(), "padded to the batch's longest"
+        found.extend(tuple(r[m]) for r, m in zip(tokens, mask))
+    want = [tuple(np.append(d[:39], 0)) for d in docs]
+    assert sorted(found) == sorted(want)

@@ -46,7 +46,8 @@ pub(crate) struct DatasetArgs {
     pub(crate) stack: Vec<(String, Vec<String>)>,
     /// Token files and Megatron datasets: pack documents into rows: concat (windows of
     /// seq_len + 1 tokens across documents), document (the same with position_ids,
-    /// segment_ids, cu_seqlens) or best_fit (whole documents in rows of seq_len, padded).
+    /// segment_ids, cu_seqlens), best_fit (whole documents in rows of seq_len, padded) or pad
+    /// (one document per row, cut to seq_len; --pad pads each batch to its longest).
     /// Megatron datasets are packed (concat) without it; token files need --eos-id with it.
     #[arg(long)]
     pub(crate) pack: Option<Pack>,

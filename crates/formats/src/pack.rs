@@ -8,6 +8,7 @@
 //! | --- | --- | --- |
 //! | `concat` | window `i` of `seq_len + 1` tokens of the epoch's documents concatenated | `tokens` `[seq_len + 1]` (`out_dtype`) |
 //! | `document` | the same window | `tokens`; `position_ids` `[seq_len + 1]` `int64`, from 0 at the window's start and at every document's; `segment_ids` `[seq_len + 1]` `int32`, 1 for the window's first document (piece), 2 for the next, ...; `cu_seqlens` `[k + 1]` `int32`, the offsets where the window's `k` pieces start, then `seq_len + 1` (a list per batch; `pad=True` pads it) |
+//! | `pad` | document `i`, cut to `seq_len` tokens (its EOS kept) | `tokens` `[n]` (`out_dtype`): a list per batch, or with the loader's `pad` one tensor padded to the batch's longest and `tokens_mask` |
 //! | `best_fit` | row `i` of whole documents packed into `seq_len` tokens | `tokens` `[seq_len]`, padded with `pad_id`; `position_ids` `[seq_len]` `int64` (0 on padding); `segment_ids` `[seq_len]` `int32` (0 on padding); `loss_mask` `[seq_len]` `bool` (false on padding) |
 //!
 //! `concat` and `document`: with a shuffling plan the documents are put in a new order every
@@ -50,11 +51,14 @@ pub enum Pack {
     Document,
     /// Whole documents in rows of `seq_len` tokens, best-fit decreasing.
     BestFit,
+    /// One document per row, cut to `seq_len` tokens: variable-length rows, which the loader
+    /// pads to the batch's longest with `pad` (a `tokens_mask`), for fine-tuning.
+    Pad,
 }
 
 impl Pack {
     /// Every mode.
-    pub const ALL: [Pack; 3] = [Pack::Concat, Pack::Document, Pack::BestFit];
+    pub const ALL: [Pack; 4] = [Pack::Concat, Pack::Document, Pack::BestFit, Pack::Pad];
 
     /// `concat`, `document` or `best_fit`.
     pub fn name(self) -> &'static str {
@@ -62,6 +66,7 @@ impl Pack {
             Pack::Concat => "concat",
             Pack::Document => "document",
             Pack::BestFit => "best_fit",
+            Pack::Pad => "pad",
         }
     }
 }
@@ -82,7 +87,7 @@ impl std::str::FromStr for Pack {
             .ok_or_else(|| {
                 ConfigError::new(
                     "pack",
-                    format!("{s:?} is not a packing mode; use concat, document or best_fit"),
+                    format!("{s:?} is not a packing mode; use concat, document, best_fit or pad"),
                 )
             })
     }
@@ -220,6 +225,7 @@ impl PackedSource {
         };
         let samples = match options.pack {
             Pack::BestFit => rows.starts.len().saturating_sub(1) as u64,
+            Pack::Pad => docs.len(),
             _ => order.prefix.last().copied().unwrap_or(0) / (options.seq_len as u64 + 1),
         };
         let name = docs.names().first().cloned().unwrap_or_default();
@@ -527,6 +533,34 @@ impl Source for PackedSource {
 
     fn read(&self, id: u64) -> Result<Sample, Error> {
         self.manifest.locate_checked(id)?;
+        if self.options.pack == Pack::Pad {
+            // Document `id`, with its EOS, cut to `seq_len` (the EOS kept).
+            let len = Self::eff_len(&self.docs, &self.options, id);
+            let n = len.min(self.options.seq_len as u64);
+            let os = self.options.out_dtype.size();
+            let mut buf = vec![0u8; n as usize * os];
+            let eos = u64::from(self.options.eos_id.is_some() && n > 0);
+            self.copy_tokens(id, 0, n - eos, &mut buf[..(n - eos) as usize * os]);
+            if eos == 1 {
+                let e = self.options.eos_id.unwrap_or(0).to_le_bytes();
+                cast_into(
+                    DType::U32,
+                    &e,
+                    self.options.out_dtype,
+                    &mut buf[(n as usize - 1) * os..],
+                );
+            }
+            let mut sample = Sample::new(id);
+            sample.fields.push((
+                FieldName::Borrowed("tokens"),
+                Field::Array(Array::new(
+                    self.options.out_dtype,
+                    vec![n as usize],
+                    Bytes::from(buf),
+                )),
+            ));
+            return Ok(sample);
+        }
         let order = self.current();
         let n = self.row_len();
         let fields = self.fields();
@@ -559,7 +593,7 @@ impl Source for PackedSource {
 
     /// A new epoch: `concat` and `document` put the documents in its order.
     fn set_plan(&self, plan: &Plan) {
-        if self.options.pack == Pack::BestFit {
+        if matches!(self.options.pack, Pack::BestFit | Pack::Pad) {
             return;
         }
         let cfg = plan.config();
@@ -577,6 +611,9 @@ impl Source for PackedSource {
         ids: &[u64],
         pool: &BufferPool,
     ) -> Option<Result<Vec<(String, Column)>, Error>> {
+        if self.options.pack == Pack::Pad {
+            return None; // rows of differing lengths: the engine lists or pads them
+        }
         if let Some(&bad) = ids.iter().find(|&&id| id >= self.manifest.total_samples())
             && let Err(e) = self.manifest.locate_checked(bad)
         {
@@ -878,6 +915,27 @@ mod tests {
             assert!(src.padding_fraction() < 0.1, "{}", src.padding_fraction());
             same_paths(&src, &[0, 7, 3]);
         }
+    }
+
+    #[test]
+    fn pad_rows_are_the_documents_cut_to_seq_len() {
+        let dir = tempfile::tempdir().unwrap();
+        let (docs, raw) = corpus(dir.path(), 50, 30);
+        let opts = PackOptions {
+            pack: Pack::Pad,
+            seq_len: 20,
+            eos_id: Some(0),
+            ..Default::default()
+        };
+        let src = PackedSource::new(docs, opts).unwrap();
+        assert_eq!(src.manifest().total_samples(), 50);
+        for (id, d) in raw.iter().enumerate() {
+            let got = tokens_of(&src.read(id as u64).unwrap(), "tokens");
+            let mut want: Vec<i64> = d.iter().take(19).map(|&t| t as i64).collect();
+            want.push(0);
+            assert_eq!(got, want, "document {id}");
+        }
+        assert!(src.collate(&[0, 1], &BufferPool::new(2)).is_none());
     }
 
     #[test]
