@@ -211,3 +211,42 @@ def test_pad_mode_rows_are_documents_padded_to_the_batch(tmp_path):
         found.extend(tuple(r[m]) for r, m in zip(tokens, mask))
     want = [tuple(np.append(d[:39], 0)) for d in docs]
     assert sorted(found) == sorted(want)
+
+
+@pytest.mark.parametrize("pack", ["concat", "document", "best_fit"])
+def test_packing_resumes_in_a_new_process_and_on_fewer_ranks(tmp_path, pack):
+    import json
+
+    from conftest import run_python
+
+    docs = documents(200, seed=6, longest=70)
+    prefix = str(tmp_path / "ds")
+    with chute.MegatronWriter(prefix) as w:
+        for d in docs:
+            w.add_document(d)
+
+    def loader(**kw):
+        src = chute.tokens(prefix, seq_len=24, pack=pack, eos_id=0)
+        return chute.Loader(src, batch_size=4, shuffle=True, seed=3, **kw)
+
+    full = [np.asarray(b["tokens"]).tolist() for b in loader()]
+    # Two ranks read 6 batches each, then one process resumes them as a single rank.
+    states = []
+    for rank in range(2):
+        lr = loader(rank=rank, world_size=2)
+        it = iter(lr)
+        for _ in range(6):
+            next(it)
+        states.append(lr.state_dict())
+    code = """
+        import json, sys, numpy as np, chute
+        prefix, pack, state = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+        src = chute.tokens(prefix, seq_len=24, pack=pack, eos_id=0)
+        l = chute.Loader(src, batch_size=4, shuffle=True, seed=3)
+        l.load_state_dict(state)
+        print(json.dumps([np.asarray(b["tokens"]).tolist() for b in l]))
+    """
+    proc = run_python(code, prefix, pack, json.dumps(states[0]))
+    rest = json.loads(proc.stdout)
+    # 2 ranks x 6 batches of 4 = the first 12 batches of the single-rank stream.
+    assert rest == full[12:], "an elastic resume in a new process continues exactly"
