@@ -35,6 +35,12 @@ def megatron_build(megatron, prefix, docs, dtype):
     builder.finalize(prefix + ".idx")
 
 
+def chute_build(prefix, docs):
+    with chute.MegatronWriter(prefix) as w:
+        for d in docs:
+            w.add_document(d)
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32])
 def test_a_dataset_megatrons_builder_wrote_reads_as_its_documents(tmp_path, megatron, dtype):
     docs = documents(300, vocab=60000 if dtype == np.uint16 else 10**6)
@@ -87,9 +93,7 @@ def test_chutes_megatron_writer_is_read_by_megatron_core_and_matches_its_builder
 def test_concat_shuffled_epochs_hold_every_token_once_across_ranks(tmp_path):
     docs = documents(400, seed=2, longest=120)
     prefix = str(tmp_path / "ds")
-    with chute.MegatronWriter(prefix) as w:
-        for d in docs:
-            w.add_document(d)
+    chute_build(prefix, docs)
     seq_len, world = 31, 3
     w_ = seq_len + 1
     flat = collections.Counter(np.concatenate(docs).tolist())
@@ -199,9 +203,7 @@ def test_tokenized_parquet_and_arrow_rows_are_documents(tmp_path, ext):
 def test_pad_mode_rows_are_documents_padded_to_the_batch(tmp_path):
     docs = documents(100, seed=5, longest=50)
     prefix = str(tmp_path / "ds")
-    with chute.MegatronWriter(prefix) as w:
-        for d in docs:
-            w.add_document(d)
+    chute_build(prefix, docs)
     src = chute.tokens(prefix, seq_len=40, pack="pad", eos_id=0)
     assert len(src) == len(docs)
     found = []
@@ -221,9 +223,7 @@ def test_packing_resumes_in_a_new_process_and_on_fewer_ranks(tmp_path, pack):
 
     docs = documents(200, seed=6, longest=70)
     prefix = str(tmp_path / "ds")
-    with chute.MegatronWriter(prefix) as w:
-        for d in docs:
-            w.add_document(d)
+    chute_build(prefix, docs)
 
     def loader(**kw):
         src = chute.tokens(prefix, seq_len=24, pack=pack, eos_id=0)
