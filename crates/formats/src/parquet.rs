@@ -460,10 +460,19 @@ impl ParquetSource {
         let mut groups: Vec<(usize, Columns, Group)> = Vec::new();
         let mut mirrors: Vec<Arc<RowMajor>> = Vec::new();
         let mut spans: Vec<Span> = Vec::new();
+        // Each shard's place in `spans`, once there are too many to search one by one (a
+        // global shuffle's batch touches hundreds).
+        let mut span_of: HashMap<usize, usize> = HashMap::new();
         let mut last = usize::MAX;
         for &id in ids {
             if spans.get(last).is_none_or(|s| !s.ids.contains(&id)) {
-                last = match spans.iter().position(|s| s.ids.contains(&id)) {
+                let found = if spans.len() <= 8 {
+                    spans.iter().position(|s| s.ids.contains(&id))
+                } else {
+                    let (shard, _) = self.manifest.locate_checked(id)?;
+                    span_of.get(&shard).copied()
+                };
+                last = match found {
                     Some(i) => i,
                     None => {
                         let (shard, row) = self.manifest.locate_checked(id)?;
@@ -481,6 +490,7 @@ impl ParquetSource {
                             mirrors.push(self.mirror(&groups[place], chunk));
                         }
                         let lo = id - row;
+                        span_of.insert(shard, spans.len());
                         spans.push(Span {
                             ids: lo..lo + self.manifest.shards[shard].samples,
                             shard,
