@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, bail};
 use chute::core::{DType, Field, Source};
-use chute::formats::{Format, MegatronWriter, OpenOptions, TokenWriter, expand_braces};
+use chute::formats::{Format, MegatronWriter, OpenOptions, TokenWriter};
 use chute::ops::text::{EncodeOptions, TextTokenizer};
 use chute::pipeline::for_each_parallel;
 use clap::{Args, ValueEnum};
@@ -35,7 +35,7 @@ pub(crate) enum Output {
 pub(crate) struct TokenizeArgs {
     /// Inputs, in order: JSON Lines (`.jsonl`, `.ndjson`, `.json`; one object a line), Parquet
     /// or Arrow files (a text column), or text files (any other name: one document each).
-    /// Brace patterns and globs are expanded.
+    /// Brace patterns and globs are expanded as for every command's DATA.
     #[arg(required = true)]
     inputs: Vec<String>,
     /// The `tokenizer.json` (Hugging Face's tokenizers format).
@@ -125,7 +125,7 @@ pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
         ("auto", Output::Tokens) => DType::U32,
         (other, _) => other.parse::<DType>()?,
     };
-    let files = expand(&args.inputs)?;
+    let files = chute::formats::expand_files(&args.inputs)?;
     let outputs = match args.to {
         Output::Megatron => {
             let (idx, bin) = chute::formats::megatron::paths_of(&args.output);
@@ -336,71 +336,6 @@ impl Sink {
         }
         Ok(())
     }
-}
-
-/// The input files: brace patterns and globs expanded, in order.
-fn expand(inputs: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for input in inputs {
-        for name in expand_braces(input)? {
-            if name.contains('*') {
-                let mut found: Vec<PathBuf> = Vec::new();
-                for m in glob_matches(&name)? {
-                    found.push(m);
-                }
-                ensure!(!found.is_empty(), "{name}: no files match the pattern");
-                found.sort();
-                out.extend(found);
-            } else {
-                out.push(PathBuf::from(name));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Files matching `pattern`'s last component (`*` only) in its folder.
-fn glob_matches(pattern: &str) -> anyhow::Result<Vec<PathBuf>> {
-    let path = Path::new(pattern);
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    ensure!(
-        !dir.to_string_lossy().contains('*'),
-        "{pattern}: only the file name may hold `*`"
-    );
-    let parts: Vec<&str> = name.split('*').collect();
-    let matches = |s: &str| -> bool {
-        let (first, last) = (parts[0], parts[parts.len() - 1]);
-        if !s.starts_with(first) || !s.ends_with(last) || s.len() < first.len() + last.len() {
-            return false;
-        }
-        let mut rest = &s[first.len()..s.len() - last.len()];
-        for p in &parts[1..parts.len() - 1] {
-            match rest.find(p) {
-                Some(i) => rest = &rest[i + p.len()..],
-                None => return false,
-            }
-        }
-        true
-    };
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-        let p = entry?.path();
-        if p.is_file()
-            && p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| !n.starts_with('.') && matches(n))
-        {
-            out.push(p);
-        }
-    }
-    Ok(out)
 }
 
 impl Reader {

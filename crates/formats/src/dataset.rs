@@ -295,7 +295,7 @@ impl Dataset {
         Ok(match self.format {
             Format::Tokens if options.pack.is_some() => {
                 let tokens = self.token_options(options)?;
-                let mut pack = self.pack_options(options, tokens);
+                let mut pack = self.pack_options(options, Some(tokens));
                 let eos = pack.eos_id.take().ok_or_else(|| {
                     ConfigError::new(
                         "eos_id",
@@ -308,13 +308,8 @@ impl Dataset {
             }
             Format::Tokens => Arc::new(TokenSource::open(files, self.token_options(options)?)?),
             Format::Megatron => {
-                let tokens = TokenOptions {
-                    seq_len: options.seq_len.unwrap_or(DEFAULT_SEQ_LEN),
-                    out_dtype: options.out_dtype,
-                    ..Default::default()
-                };
                 let docs = Documents::megatron(files)?;
-                Arc::new(PackedSource::new(docs, self.pack_options(options, tokens))?)
+                Arc::new(PackedSource::new(docs, self.pack_options(options, None))?)
             }
             Format::WebDataset => {
                 let opts = WebDatasetOptions {
@@ -354,24 +349,26 @@ impl Dataset {
                     .map(|f| f.display().to_string())
                     .unwrap_or_default();
                 let docs = Documents::from_column(rows.as_ref(), &column, &name)?;
-                let tokens = TokenOptions {
-                    seq_len: options.seq_len.unwrap_or(DEFAULT_SEQ_LEN),
-                    out_dtype: options.out_dtype,
-                    ..Default::default()
-                };
-                Arc::new(PackedSource::new(docs, self.pack_options(options, tokens))?)
+                Arc::new(PackedSource::new(docs, self.pack_options(options, None))?)
             }
             Format::Parquet => open_parquet(files, options)?,
             Format::Arrow => open_arrow(files, options)?,
         })
     }
 
-    /// The packing options: `options.pack` (or the defaults) with the token options' `seq_len`
-    /// and `out_dtype`.
-    fn pack_options(&self, options: &OpenOptions, tokens: TokenOptions) -> PackOptions {
+    /// The packing options: `options.pack` (or the defaults) with the `seq_len` and
+    /// `out_dtype` of `tokens` (token files: with the manifest's), else of `options`.
+    fn pack_options(&self, options: &OpenOptions, tokens: Option<TokenOptions>) -> PackOptions {
+        let (seq_len, out_dtype) = match tokens {
+            Some(t) => (t.seq_len, t.out_dtype),
+            None => (
+                options.seq_len.unwrap_or(DEFAULT_SEQ_LEN),
+                options.out_dtype,
+            ),
+        };
         PackOptions {
-            seq_len: tokens.seq_len,
-            out_dtype: tokens.out_dtype,
+            seq_len,
+            out_dtype,
             ..options.pack.clone().unwrap_or_default()
         }
     }
@@ -525,7 +522,6 @@ fn resolve<P: AsRef<Path>>(
     let mut files: Vec<PathBuf> = Vec::new();
     for input in inputs {
         let input = input.as_ref();
-        let text = input.to_str();
         let dirs = if inputs.len() > 1 {
             InDirectory::Shards
         } else {
@@ -554,14 +550,7 @@ fn resolve<P: AsRef<Path>>(
             }
             return from_manifest(&manifest, format);
         }
-        match text {
-            Some(s) if s.contains('{') => {
-                for name in expand_braces(s)? {
-                    expand_one(Path::new(&name), format, &mut files)?;
-                }
-            }
-            _ => expand_one(input, format, &mut files)?,
-        }
+        expand_input(input, format, &mut files)?;
     }
     let format = match format {
         Some(f) => f,
@@ -572,6 +561,30 @@ fn resolve<P: AsRef<Path>>(
         files,
         manifest: None,
     })
+}
+
+/// The files `inputs` name, in order: brace patterns and globs expanded and folders listed as
+/// the opener does, with no format taken from the manifest (for inputs in no dataset format,
+/// such as the JSON Lines that `chute tokenize` reads). Globs with `*` must match something.
+pub fn expand_files<P: AsRef<Path>>(inputs: &[P]) -> Result<Vec<PathBuf>, Error> {
+    let mut files = Vec::new();
+    for input in inputs {
+        expand_input(input.as_ref(), None, &mut files)?;
+    }
+    Ok(files)
+}
+
+/// Adds the files one input names, its brace pattern expanded first.
+fn expand_input(input: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+    match input.to_str() {
+        Some(s) if s.contains('{') => {
+            for name in expand_braces(s)? {
+                expand_one(Path::new(&name), format, out)?;
+            }
+            Ok(())
+        }
+        _ => expand_one(input, format, out),
+    }
 }
 
 /// The manifest `input` stands for, if any: a `.json` path or URL, or (when opening) a local

@@ -75,7 +75,8 @@ mod tokens;
 pub mod webdataset;
 
 pub use dataset::{
-    DEFAULT_SEQ_LEN, Dataset, Format, MANIFEST_NAME, OpenOptions, is_megatron_bin, open,
+    DEFAULT_SEQ_LEN, Dataset, Format, MANIFEST_NAME, OpenOptions, expand_files, is_megatron_bin,
+    open,
 };
 pub use documents::Documents;
 pub use ids::{parse_token_text, token_ids_from_npy};
