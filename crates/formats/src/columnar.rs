@@ -459,6 +459,7 @@ impl Layout {
     }
 
     /// The batch's field names, in order.
+    #[cfg(feature = "parquet")]
     pub(crate) fn names(&self, names: &[String]) -> Vec<String> {
         self.outs
             .iter()
@@ -789,6 +790,7 @@ fn scatter_fixed<const W: usize>(
 
 /// True when some field of `layout` (over columns of `kinds`) is fixed-width: what a
 /// [`RowMajor`] copy holds.
+#[cfg(feature = "parquet")]
 pub(crate) fn has_fixed(kinds: &[Kind], layout: &Layout) -> bool {
     layout.outs.iter().any(|out| match out {
         &Out::Column(c) => {
@@ -801,6 +803,7 @@ pub(crate) fn has_fixed(kinds: &[Kind], layout: &Layout) -> bool {
 
 /// Copies consecutive `W`-byte values of `src` to `dst[i * stride + offset..]`, value `i` to
 /// row `i`.
+#[cfg(feature = "parquet")]
 fn spread<const W: usize>(dst: &mut [u8], stride: usize, offset: usize, src: &[u8]) {
     for (d, v) in dst[offset..].chunks_mut(stride).zip(src.chunks_exact(W)) {
         let v: [u8; W] = v.try_into().expect("W bytes");
@@ -822,6 +825,7 @@ pub(crate) struct RowMajor {
     at: Vec<Option<usize>>,
 }
 
+#[cfg(feature = "parquet")]
 impl RowMajor {
     /// The row-major copy of rows `first..first + rows` of `columns` (of `kinds`, laid out
     /// by `layout`); empty rows when no field is fixed-width ([`has_fixed`]).
