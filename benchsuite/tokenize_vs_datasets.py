@@ -5,19 +5,26 @@
   crate on chute's 2 worker threads, no GIL; tokens/s over one epoch;
 - `datasets.Dataset.map(tokenize, batched=True, num_proc=2)` with the `tokenizers` package's
   tokenizer (wall time of the map, as users run it before training);
-- the `tokenizers` package's `encode_batch` on one thread (`TOKENIZERS_PARALLELISM=false`):
-  the single-thread limit, so 2 threads can reach at most twice it.
+- the `tokenizers` package's `encode_batch` on one thread (`TOKENIZERS_PARALLELISM=false`);
+- the `tokenizers` crate's own single-thread rate: `chute tokenize --workers 1 --to tokens`
+  (one tokenizer thread; reading and writing on two others, a few percent of a core), the
+  rate it prints: the limit, as 2 threads can reach at most twice it;
+- `chute.dataset(path, tokenizer=..., pack="concat")`: a text source tokenized when opened,
+  on every core (2 here), the tokens over the time `chute.dataset` takes.
 
 The corpus is synthetic pseudo-English (words drawn from a fixed list, Zipf-distributed,
 documents of 20 to 2,000 words), written once as Parquet; the tokenizer is a byte-level BPE
 (32,000 ids) trained on it here. Medians of `--rounds` interleaved rounds.
 
-    OPENBLAS_NUM_THREADS=1 python benchsuite/tokenize_vs_datasets.py [--docs 20000] [--rounds 3] [workdir]
+    OPENBLAS_NUM_THREADS=1 python benchsuite/tokenize_vs_datasets.py [--docs 20000] [--rounds 3] \
+        [--chute-bin target/release/chute] [workdir]
 """
 
 import argparse
 import os
+import re
 import statistics
+import subprocess
 import time
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -51,6 +58,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--chute-bin", default=os.environ.get("CHUTE_BIN", "target/release/chute"))
     ap.add_argument("workdir", nargs="?", default="bench-data")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
@@ -98,8 +106,27 @@ def main():
                      load_from_cache_file=False)
         return sum(len(x) for x in out["input_ids"])
 
+    def crate_one_thread():
+        out = os.path.join(a.workdir, "tokenize-bench.bin")
+        r = subprocess.run([a.chute_bin, "tokenize", path, "--tokenizer", tok_path, "-o", out,
+                            "--to", "tokens", "--workers", "1", "--overwrite", "-q"],
+                           check=True, capture_output=True, text=True)
+        m = re.search(r"(\d+) \w+ tokens \(([\d.]+) M tokens/s", r.stdout)
+        crate_tokens[0] = int(m.group(1))
+        return float(m.group(2)) * 1e6  # the rate it measured itself
+
+    crate_tokens = [0]
+
+    def text_source():
+        src = chute.dataset(path, tokenizer=tok_path, pack="concat", seq_len=1024,
+                            add_special_tokens=False)
+        assert len(src) == crate_tokens[0] // 1025
+        return crate_tokens[0]
+
     cases = {
+        "tokenizers crate, 1 thread (chute tokenize --workers 1)": crate_one_thread,
         "tokenizers encode_batch, 1 thread": package_one_thread,
+        "chute.dataset(tokenizer=), 2 threads, when opened": text_source,
         "chute tokenize op, 2 workers": chute_loader,
         "datasets.map(batched=True, num_proc=2)": datasets_map,
     }
@@ -108,11 +135,12 @@ def main():
         for k, run in cases.items():
             t = time.perf_counter()
             n = run()
-            rates[k].append(n / (time.perf_counter() - t))
+            dt = time.perf_counter() - t
+            rates[k].append(n if k.startswith("tokenizers crate") else n / dt)
         print(f"round {r + 1}/{a.rounds}", flush=True)
-    one = statistics.median(rates["tokenizers encode_batch, 1 thread"])
+    one = statistics.median(rates["tokenizers crate, 1 thread (chute tokenize --workers 1)"])
     dm = statistics.median(rates["datasets.map(batched=True, num_proc=2)"])
-    print("| loader | tokens/s | vs datasets.map | vs 2 x one thread |")
+    print("| loader | tokens/s | vs datasets.map | vs 2 x the crate's one thread |")
     print("| --- | --- | --- | --- |")
     for k, v in rates.items():
         m = statistics.median(v)

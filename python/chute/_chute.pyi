@@ -65,13 +65,26 @@ def dataset(
     long: str = "split",
     pack_window: int = 1024,
     pack_seed: int = 0,
+    pad_to_multiple_of: int = 1,
+    bucket: int = 0,
+    tokenizer: Optional[_Path] = None,
+    text_field: str = "text",
+    add_special_tokens: bool = True,
 ) -> Source:
     """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
     its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
     "tfrecord", "parquet", "arrow", "megatron") detected from the manifest or the extensions
     unless given; packing options as for ``tokens``. ``stack`` (Parquet, Arrow):
     ``{name: columns}`` stacks numeric columns of one dtype into one ``[B, k]`` column on the
-    workers (columns a list, or a string such as ``"f{0..15}"``)."""
+    workers (columns a list, or a string such as ``"f{0..15}"``).
+
+    With ``tokenizer`` (a ``tokenizer.json``), the paths hold text: JSON Lines, Parquet, Arrow,
+    tar, TFRecord or text files, each document's text under ``text_field`` (a key, column, tar
+    member extension such as ``"txt"``, or feature; a text file is one document). Every
+    document is tokenized when the source is opened, on every core without the GIL, with the
+    tokenizer's special tokens when ``add_special_tokens`` (as ``Tokenizer.encode``), and
+    packed by ``pack`` (``"concat"`` by default; ``eos_id`` appended after each document), so
+    the epoch's row count is known before the first batch."""
 
 def collate_samples(
     samples: List[Any], pad: bool = False, output: Optional[Callable[[Any], Any]] = None
@@ -102,6 +115,8 @@ def tokens(
     long: str = "split",
     pack_window: int = 1024,
     pack_seed: int = 0,
+    pad_to_multiple_of: int = 1,
+    bucket: int = 0,
 ) -> Source:
     """Token files (nanoGPT's ``.bin``) or Megatron indexed datasets (``.bin`` + ``.idx``, by
     prefix). Without documents: windows of ``seq_len + 1`` tokens per file, column ``tokens``.
@@ -117,8 +132,11 @@ def tokens(
       ``position_ids``, ``segment_ids`` (0 on padding) and ``loss_mask`` (bool); longer
       documents are split or dropped (``long``); packed best-fit decreasing over windows of
       ``pack_window`` documents in an order keyed by ``pack_seed``;
-    - ``"pad"``: one document per row, cut to ``seq_len`` (its EOS kept): ``tokens`` ``[n]``,
-      padded to the batch's longest with ``tokens_mask`` under ``Loader(pad=True)``.
+    - ``"pad"``: one document per row, cut to ``seq_len`` (its EOS kept): ``tokens``
+      ``[L]`` padded with ``pad_id`` to the batch's longest rounded up to
+      ``pad_to_multiple_of``, and ``tokens_mask`` ``[L]`` (bool, false on padding); with
+      ``bucket`` > 0, each run of ``bucket`` rows of the epoch's order (all ranks) is sorted
+      by length, so a batch holds documents of similar lengths (``group_by_length``).
 
     For Megatron datasets ``eos_id`` is appended after every document. Local files are
     memory-mapped; URLs are downloaded whole when the source is opened."""

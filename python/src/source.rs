@@ -164,13 +164,16 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
     }
     let (format, inner) = py
         .detach(|| {
+            if options.tokenizer.is_some() {
+                return Ok::<_, chute::Error>((None, chute::formats::open(&files, &options)?));
+            }
             let dataset = Dataset::resolve(&files, options.format)?;
-            Ok::<_, chute::Error>((dataset.format, dataset.open(&options)?))
+            Ok((Some(dataset.format), dataset.open(&options)?))
         })
         .map_err(errors::to_py)?;
     Ok(Source {
         inner,
-        format: format.name(),
+        format: format.map_or("text", |f| f.name()),
         dataset: None,
         mixture: None,
         interrupt: None,
@@ -185,13 +188,18 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// uint16 and int64), `columns` (Parquet columns or TFRecord features), `chunk_rows`
 /// (Parquet and Arrow), `stack` (Parquet and Arrow: `{name: [columns]}`), `index` (tar and
 /// TFRecord), `raw` and `verify_checksums` (TFRecord), and packing for token files and
-/// Megatron datasets (`pack`, `eos_id`, `pad_id`, `long`, `pack_window`, `pack_seed`: see
-/// `tokens`).
+/// Megatron datasets (`pack`, `eos_id`, `pad_id`, `long`, `pack_window`, `pack_seed`,
+/// `pad_to_multiple_of`, `bucket`: see `tokens`). With `tokenizer` (a `tokenizer.json`), the
+/// paths are text: JSON Lines, Parquet, Arrow, tar, TFRecord or text files, the text in
+/// `text_field` (a key, column, member extension or feature); every document is tokenized
+/// when opened, on every core (`add_special_tokens` as the tokenizers package's `encode`),
+/// and packed (`concat` by default, `eos_id` appended after each document).
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
                     columns=None, chunk_rows=None, stack=None, index="auto", raw=false,
                     verify_checksums=true, pack=None, eos_id=None, pad_id=0, long="split",
-                    pack_window=1024, pack_seed=0))]
+                    pack_window=1024, pack_seed=0, pad_to_multiple_of=1, bucket=0,
+                    tokenizer=None, text_field="text", add_special_tokens=true))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dataset(
     py: Python<'_>,
@@ -212,7 +220,27 @@ pub(crate) fn dataset(
     long: &str,
     pack_window: usize,
     pack_seed: u64,
+    pad_to_multiple_of: usize,
+    bucket: u64,
+    tokenizer: Option<PathBuf>,
+    text_field: &str,
+    add_special_tokens: bool,
 ) -> PyResult<Source> {
+    let tokenizer = match tokenizer {
+        Some(path) => {
+            let options = chute::ops::text::EncodeOptions {
+                add_special_tokens,
+                ..Default::default()
+            };
+            let t = py
+                .detach(|| chute::text::Tokenizer::load(&path, options, 0))
+                .map_err(errors::to_py)?;
+            Some(Arc::new(t) as Arc<dyn chute::core::TextEncoder>)
+        }
+        None => None,
+    };
+    // Text needs packing: `concat` unless `pack` says.
+    let pack = pack.or(tokenizer.as_ref().map(|_| "concat"));
     let format = match format {
         Some(f) => Some(f.parse::<Format>().map_err(errors::from_config)?),
         None => None,
@@ -231,7 +259,19 @@ pub(crate) fn dataset(
         index: index_mode(index)?,
         raw,
         verify_checksums,
-        pack: pack_options(pack, eos_id, pad_id, long, pack_window, pack_seed)?,
+        tokenizer,
+        text_field: Some(text_field.to_string()),
+        pack: PackArgs {
+            pack,
+            eos_id,
+            pad_id,
+            long,
+            window: pack_window,
+            seed: pack_seed,
+            pad_to_multiple_of,
+            bucket,
+        }
+        .options()?,
     };
     open(py, paths, options)
 }
@@ -452,16 +492,18 @@ pub(crate) fn dtype(option: &str, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 /// `position_ids`, `segment_ids` and `cu_seqlens`), or `"best_fit"` (whole documents in rows
 /// of `seq_len`, padded with `pad_id`, with `loss_mask`; documents longer than `seq_len` are
 /// split or dropped, `long`; packed best-fit decreasing in windows of `pack_window`
-/// documents ordered by `pack_seed`), or `"pad"` (one document per row, cut to `seq_len`;
-/// the loader's `pad=True` pads each batch to its longest). For Megatron datasets `eos_id` is
-/// appended after every document.
+/// documents ordered by `pack_seed`), or `"pad"` (one document per row, cut to `seq_len`,
+/// padded with `pad_id` to the batch's longest rounded up to `pad_to_multiple_of`, with
+/// `tokens_mask`; `bucket` rows of the epoch's order at a time sorted by length so batches
+/// hold documents of similar lengths). For Megatron datasets `eos_id` is appended after
+/// every document.
 #[pyfunction]
 #[pyo3(signature = (paths, seq_len, dtype=None, out_dtype=None, *, documents=None,
                     eos_id=None, pack=None, pad_id=0, long="split", pack_window=1024,
-                    pack_seed=0),
+                    pack_seed=0, pad_to_multiple_of=1, bucket=0),
        text_signature = "(paths, seq_len, dtype=None, out_dtype='int64', *, documents=None, \
                          eos_id=None, pack=None, pad_id=0, long='split', pack_window=1024, \
-                         pack_seed=0)")]
+                         pack_seed=0, pad_to_multiple_of=1, bucket=0)")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tokens(
     py: Python<'_>,
@@ -476,6 +518,8 @@ pub(crate) fn tokens(
     long: &str,
     pack_window: usize,
     pack_seed: u64,
+    pad_to_multiple_of: usize,
+    bucket: u64,
 ) -> PyResult<Source> {
     let format = match documents {
         None => None,
@@ -520,35 +564,55 @@ pub(crate) fn tokens(
             Some(d) => self::dtype("out_dtype", d)?,
             None => DType::I64,
         },
-        pack: pack_options(pack, eos_id, pad_id, long, pack_window, pack_seed)?,
+        pack: PackArgs {
+            pack,
+            eos_id,
+            pad_id,
+            long,
+            window: pack_window,
+            seed: pack_seed,
+            pad_to_multiple_of,
+            bucket,
+        }
+        .options()?,
         ..Default::default()
     };
     open(py, paths, options)
 }
 
-/// The packing options, when `pack` or `eos_id` asks for documents.
-fn pack_options(
-    pack: Option<&str>,
+/// The packing arguments of `dataset` and `tokens`.
+struct PackArgs<'a> {
+    pack: Option<&'a str>,
     eos_id: Option<u32>,
     pad_id: u32,
-    long: &str,
+    long: &'a str,
     window: usize,
     seed: u64,
-) -> PyResult<Option<PackOptions>> {
-    if pack.is_none() && eos_id.is_none() {
-        return Ok(None);
+    pad_to_multiple_of: usize,
+    bucket: u64,
+}
+
+impl PackArgs<'_> {
+    /// The packing options, when `pack` or `eos_id` asks for documents.
+    fn options(self) -> PyResult<Option<PackOptions>> {
+        if self.pack.is_none() && self.eos_id.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(PackOptions {
+            pack: self
+                .pack
+                .map(str::parse::<Pack>)
+                .transpose()
+                .map_err(errors::from_config)?
+                .unwrap_or_default(),
+            eos_id: self.eos_id,
+            pad_id: self.pad_id,
+            long: self.long.parse::<Long>().map_err(errors::from_config)?,
+            window: self.window,
+            seed: self.seed,
+            pad_to_multiple_of: self.pad_to_multiple_of,
+            bucket: self.bucket,
+            ..Default::default()
+        }))
     }
-    Ok(Some(PackOptions {
-        pack: pack
-            .map(str::parse::<Pack>)
-            .transpose()
-            .map_err(errors::from_config)?
-            .unwrap_or_default(),
-        eos_id,
-        pad_id,
-        long: long.parse::<Long>().map_err(errors::from_config)?,
-        window,
-        seed,
-        ..Default::default()
-    }))
 }

@@ -162,3 +162,152 @@ def test_sft_labels_mask_the_prompt_with_the_ignore_index(tmp_path, tokenizers_j
     with pytest.raises(chute.ConfigError, match="comes first"):
         chute.Loader(chute.parquet(str(path)), batch_size=8, transforms={"response": [
             {"op": "text"}, {"op": "tokenize", "tokenizer": tok, "prompt": "prompt"}]})
+
+
+def corpus_texts():
+    rng = np.random.default_rng(11)
+    words = ["alpha", "beta", "gamma", "Straße", "日本語", "🚀", "delta", "x" * 40]
+    extra = [" ".join(rng.choice(words, size=int(rng.integers(0, 60)))) for _ in range(150)]
+    return TEXTS + extra
+
+
+def package_ids(path, texts, special=True):
+    t = tk.Tokenizer.from_file(path)
+    return [t.encode(x, add_special_tokens=special).ids for x in texts]
+
+
+def write_text_files(d, texts):
+    """The same documents as JSON Lines, a Parquet column, WebDataset .txt members and plain
+    text files (one each), in that order of keys."""
+    import io
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d.mkdir(exist_ok=True)
+    (d / "docs.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n"
+                                          for i, t in enumerate(texts)), encoding="utf-8")
+    pq.write_table(pa.table({"text": texts}), d / "docs.parquet", row_group_size=37)
+    with tarfile.open(d / "docs.tar", "w") as tar:
+        for i, t in enumerate(texts):
+            raw = t.encode()
+            info = tarfile.TarInfo(f"doc{i:05d}.txt")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    (d / "plain").mkdir(exist_ok=True)
+    for i, t in enumerate(texts):
+        (d / "plain" / f"{i:05d}.md").write_text(t, encoding="utf-8")
+    return {
+        "jsonl": ([str(d / "docs.jsonl")], "text"),
+        "parquet": ([str(d / "docs.parquet")], "text"),
+        "tar": ([str(d / "docs.tar")], "txt"),
+        "text": (sorted(str(p) for p in (d / "plain").iterdir()), "text"),
+    }
+
+
+@pytest.mark.parametrize("name", ["bpe", "unigram"])
+def test_a_text_source_with_a_tokenizer_packs_the_packages_ids(tmp_path, tokenizers_json, name):
+    """`chute.dataset(text, tokenizer=...)`: documents tokenized when opened (ids equal to the
+    package's), packed across documents with the EOS appended: in file order the windows are
+    the package's ids concatenated and cut every seq_len + 1 tokens."""
+    path = tokenizers_json[name]
+    texts = corpus_texts()
+    want = package_ids(path, texts)
+    eos = 0
+    flat = np.concatenate([np.append(np.asarray(w, dtype=np.int64), eos) for w in want])
+    files = write_text_files(tmp_path, texts)
+    for kind, (paths, field) in files.items():
+        src = chute.dataset(paths, tokenizer=path, text_field=field, seq_len=31, eos_id=eos)
+        assert len(src) == len(flat) // 32, kind
+        got = np.concatenate([np.asarray(b["tokens"]).ravel()
+                              for b in chute.Loader(src, batch_size=8, shuffle=False, num_workers=2)])
+        assert np.array_equal(got, flat[: len(got)]), kind
+    # One document per row: each row is exactly the package's ids (pad mode).
+    paths, field = files["jsonl"]
+    src = chute.dataset(paths, tokenizer=path, seq_len=100_000, pack="pad", pad_id=1,
+                        pad_to_multiple_of=8)
+    rows = []
+    for b in chute.Loader(src, batch_size=4, shuffle=False):
+        t, m = np.asarray(b["tokens"]), np.asarray(b["tokens_mask"]).astype(bool)
+        assert t.shape[1] % 8 == 0 and (t[~m] == 1).all()
+        rows.extend(r[k].tolist() for r, k in zip(t, m))
+    assert rows == want
+    # Without the tokenizer's special tokens, as encode(add_special_tokens=False).
+    src = chute.dataset(paths, tokenizer=path, seq_len=100_000, pack="pad",
+                        add_special_tokens=False)
+    rows = [r[k].tolist() for b in chute.Loader(src, batch_size=4, shuffle=False)
+            for r, k in zip(np.asarray(b["tokens"]), np.asarray(b["tokens_mask"]).astype(bool))]
+    assert rows == package_ids(path, texts, special=False)
+
+
+def test_text_sources_pack_resume_and_split_across_ranks(tmp_path, tokenizers_json):
+    """Every packing mode over tokenized text is a source like any other: ranks partition the
+    epoch, a state taken mid-epoch resumes exactly, best_fit keeps fitting documents whole."""
+    path = tokenizers_json["bpe"]
+    texts = corpus_texts() * 4
+    paths, _ = write_text_files(tmp_path, texts)["jsonl"]
+    want = package_ids(path, texts)
+    for pack in ["concat", "document", "best_fit", "pad"]:
+        def loader(**kw):
+            src = chute.dataset(paths, tokenizer=path, seq_len=48, pack=pack, eos_id=0,
+                                bucket=16 if pack == "pad" else 0)
+            return chute.Loader(src, batch_size=4, shuffle=True, seed=5, drop_last=True, **kw)
+
+        full = [np.asarray(b["tokens"]).tolist() for b in loader()]
+        ranks = [[np.asarray(b["tokens"]).tolist() for b in loader(rank=r, world_size=3)]
+                 for r in range(3)]
+        assert len({len(r) for r in ranks}) == 1, pack
+        lr = loader()
+        it = iter(lr)
+        head = [np.asarray(next(it)["tokens"]).tolist() for _ in range(5)]
+        resumed = loader()
+        resumed.load_state_dict(lr.state_dict())
+        assert head + [np.asarray(b["tokens"]).tolist() for b in resumed] == full, pack
+        if pack == "best_fit":
+            fits = {tuple(w) + (0,) for w in want if len(w) + 1 <= 48}
+            rows = [tuple(r) for batch in full for r in batch]
+            found = set()
+            for r in rows:  # every whole document appears contiguously in some row
+                found.update(f for f in fits if len(f) <= len(r) and any(
+                    r[i:i + len(f)] == f for i in range(len(r) - len(f) + 1)))
+            assert len(found) > 0.9 * len(fits)
+
+
+def test_text_source_errors_name_the_file_and_line(tmp_path, tokenizers_json):
+    path = tokenizers_json["bpe"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"body": "no text key"}\n')
+    with pytest.raises(chute.ConfigError, match=r"bad.jsonl line 2: no \"text\".*body"):
+        chute.dataset(str(bad), tokenizer=path, seq_len=8)
+    bad.write_text('{"text": "fine"}\nnot json\n')
+    with pytest.raises(chute.CorruptDataError, match="line 2 is not a JSON object"):
+        chute.dataset(str(bad), tokenizer=path, seq_len=8)
+    with pytest.raises(chute.ConfigError, match="tokenizer"):
+        chute.dataset(str(bad), tokenizer=str(tmp_path / "missing.json"), seq_len=8)
+
+
+def test_chute_tokenize_reads_urls_and_tar_members(tmp_path, tokenizers_json):
+    """`chute tokenize` reads the same text from JSON Lines over HTTP (the test servers' nginx)
+    and from WebDataset .txt members as from local files, byte for byte."""
+    path = tokenizers_json["bpe"]
+    texts = corpus_texts()
+    files = write_text_files(tmp_path / "src", texts)
+
+    def tokenize(inputs, out, *extra):
+        subprocess.run([chute_bin(), "tokenize", *inputs, "--tokenizer", path, "-o", str(out),
+                        "--append-eod", "-q", *extra], check=True, capture_output=True)
+        return (Path(f"{out}.bin").read_bytes(), Path(f"{out}.idx").read_bytes())
+
+    local = tokenize(files["jsonl"][0], tmp_path / "local")
+    assert tokenize(files["tar"][0], tmp_path / "tar", "--field", "txt") == local
+    http_dir, http_url = os.environ.get("CHUTE_TEST_HTTP_DIR"), os.environ.get("CHUTE_TEST_HTTP_URL")
+    if not (http_dir and http_url):
+        pytest.skip("no test servers (CHUTE_TEST_HTTP_DIR/_URL unset); scripts/test.sh starts them")
+    import shutil
+    name = f"tokenize-{os.getpid()}.jsonl"
+    shutil.copy(files["jsonl"][0][0], Path(http_dir) / name)
+    try:
+        assert tokenize([f"{http_url}/{name}"], tmp_path / "remote") == local
+    finally:
+        (Path(http_dir) / name).unlink()

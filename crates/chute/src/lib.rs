@@ -4,7 +4,8 @@
 //! (codecs and readers), [`io`] (byte sources), [`ops`] (transforms) and [`pipeline`] (the
 //! engine). The most used names are also at the top level, among them [`open`]: the one
 //! way to open a dataset (files, URLs, brace patterns, globs, folders or a manifest; the
-//! format detected or given in [`OpenOptions`]).
+//! format detected or given in [`OpenOptions`]). [`text::Tokenizer`] tokenizes text on every
+//! core for a text source ([`OpenOptions::tokenizer`]).
 //!
 //! A source from your own code is a closure ([`FnSource`]) or a `Vec` of samples
 //! ([`VecSource`]), and gets every guarantee (order, ranks, resume):
@@ -59,6 +60,8 @@ pub use chute_formats as formats;
 pub use chute_io as io;
 pub use chute_ops as ops;
 pub use chute_pipeline as pipeline;
+
+pub mod text;
 
 pub use chute_core::Transform;
 pub use chute_core::{

@@ -47,7 +47,7 @@ pub(crate) struct DatasetArgs {
     /// Token files and Megatron datasets: pack documents into rows: concat (windows of
     /// seq_len + 1 tokens across documents), document (the same with position_ids,
     /// segment_ids, cu_seqlens), best_fit (whole documents in rows of seq_len, padded) or pad
-    /// (one document per row, cut to seq_len; --pad pads each batch to its longest).
+    /// (one document per row, cut to seq_len, each batch padded to its longest).
     /// Megatron datasets are packed (concat) without it; token files need --eos-id with it.
     #[arg(long)]
     pub(crate) pack: Option<Pack>,
@@ -55,7 +55,7 @@ pub(crate) struct DatasetArgs {
     /// datasets: an id appended after every document.
     #[arg(long)]
     pub(crate) eos_id: Option<u32>,
-    /// best_fit: the padding id [default: 0].
+    /// best_fit and pad: the padding id [default: 0].
     #[arg(long, default_value_t = 0)]
     pub(crate) pad_id: u32,
     /// best_fit: what happens to documents longer than seq_len: split or drop.
@@ -67,6 +67,25 @@ pub(crate) struct DatasetArgs {
     /// best_fit: the key of the order documents are packed in.
     #[arg(long, default_value_t = 0)]
     pub(crate) pack_seed: u64,
+    /// pad: each batch is padded to its longest row rounded up to a multiple of this.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) pad_to_multiple_of: usize,
+    /// pad: length bucketing; runs of this many rows of the epoch's order are sorted by
+    /// length, so a batch holds documents of similar lengths [default: 0, off].
+    #[arg(long, default_value_t = 0)]
+    pub(crate) bucket: u64,
+    /// Text documents tokenized when opened with this `tokenizer.json` (Hugging Face's
+    /// tokenizers): DATA is JSON Lines, Parquet, Arrow, tar, TFRecord or text files, packed by
+    /// --pack (concat by default) with --seq-len, --eos-id appended after every document.
+    #[arg(long)]
+    pub(crate) tokenizer: Option<std::path::PathBuf>,
+    /// With --tokenizer: the JSON key, column, tar member extension or feature holding the
+    /// text.
+    #[arg(long, default_value = "text")]
+    pub(crate) text_field: String,
+    /// With --tokenizer: leave out the tokenizer's own special tokens (its post-processor's).
+    #[arg(long)]
+    pub(crate) no_special_tokens: bool,
     /// Tar and TFRecord: where shard indexes come from.
     #[arg(long, default_value_t = IndexMode::Auto, value_parser = index_parser())]
     pub(crate) index: IndexMode,
@@ -147,8 +166,20 @@ impl DatasetArgs {
     }
 
     /// The library's options for these flags.
-    pub(crate) fn options(&self) -> OpenOptions {
-        OpenOptions {
+    pub(crate) fn options(&self) -> anyhow::Result<OpenOptions> {
+        let tokenizer = match &self.tokenizer {
+            Some(path) => {
+                let options = chute::ops::text::EncodeOptions {
+                    add_special_tokens: !self.no_special_tokens,
+                    ..Default::default()
+                };
+                let t: std::sync::Arc<dyn chute::core::TextEncoder> =
+                    std::sync::Arc::new(chute::text::Tokenizer::load(path, options, 0)?);
+                Some(t)
+            }
+            None => None,
+        };
+        Ok(OpenOptions {
             format: self.format,
             seq_len: self.seq_len,
             token_dtype: self.token_dtype,
@@ -160,16 +191,22 @@ impl DatasetArgs {
             raw: self.raw,
             verify_checksums: !self.no_verify,
             // An end-of-sequence id says there are documents: packed, `concat` by default.
-            pack: (self.pack.is_some() || self.eos_id.is_some()).then(|| PackOptions {
-                pack: self.pack.unwrap_or_default(),
-                eos_id: self.eos_id,
-                pad_id: self.pad_id,
-                long: self.long,
-                window: self.pack_window,
-                seed: self.pack_seed,
-                ..Default::default()
-            }),
-        }
+            pack: (self.pack.is_some() || self.eos_id.is_some() || tokenizer.is_some()).then(
+                || PackOptions {
+                    pack: self.pack.unwrap_or_default(),
+                    eos_id: self.eos_id,
+                    pad_id: self.pad_id,
+                    long: self.long,
+                    window: self.pack_window,
+                    seed: self.pack_seed,
+                    pad_to_multiple_of: self.pad_to_multiple_of,
+                    bucket: self.bucket,
+                    ..Default::default()
+                },
+            ),
+            tokenizer,
+            text_field: Some(self.text_field.clone()),
+        })
     }
 
     /// The format, shard files and manifest the paths name (after setting remote options).
@@ -191,7 +228,12 @@ impl DatasetArgs {
         if let Some(m) = self.mixture()? {
             return Ok(m);
         }
-        Ok(self.resolve()?.open(&self.options())?)
+        if self.tokenizer.is_some() {
+            // Text files of any kind: the opener reads and tokenizes them.
+            self.apply_remote_options()?;
+            return Ok(chute::formats::open(&self.paths, &self.options()?)?);
+        }
+        Ok(self.resolve()?.open(&self.options()?)?)
     }
 
     /// The mixture, when the only path is a mixture file (`chute::formats::mixture`).

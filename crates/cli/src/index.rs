@@ -90,7 +90,7 @@ pub(crate) fn run(mut args: IndexArgs) -> anyhow::Result<()> {
     // The indexes just written describe the shards as they are now, so opening through them
     // (not scanning a second time) gives the manifest.
     args.dataset.index = IndexMode::Auto;
-    let source = r.open(&args.dataset.options())?;
+    let source = r.open(&args.dataset.options()?)?;
     let out = match args.output.clone() {
         Some(out) => out,
         None if remote > 0 => anyhow::bail!(

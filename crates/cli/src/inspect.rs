@@ -111,7 +111,7 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         return inspect_mixture(&m, args.json);
     }
     let dataset = args.dataset.resolve()?;
-    let source = dataset.open(&args.dataset.options())?;
+    let source = dataset.open(&args.dataset.options()?)?;
     let m = source.manifest();
     let n = m.total_samples();
     let mut records = Vec::new();
@@ -351,7 +351,7 @@ pub(crate) fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     let mut problems = Vec::new();
     let (mut shards, mut samples) = (0u64, 0u64);
     let dataset = args.dataset.resolve()?;
-    let options = args.dataset.options();
+    let options = args.dataset.options()?;
     for path in &dataset.files {
         let shard = path.display().to_string();
         shards += 1;

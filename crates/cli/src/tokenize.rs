@@ -8,14 +8,13 @@
 //! killed run never leaves a dataset that looks complete (rerun it to start over).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
 
 use anyhow::{Context, bail};
-use chute::core::{DType, Field, Source};
-use chute::formats::{Format, MegatronWriter, OpenOptions, TokenWriter};
+use chute::core::DType;
+use chute::formats::{MegatronWriter, TokenWriter};
 use chute::ops::text::{EncodeOptions, TextTokenizer};
 use chute::pipeline::for_each_parallel;
 use clap::{Args, ValueEnum};
@@ -34,8 +33,9 @@ pub(crate) enum Output {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct TokenizeArgs {
     /// Inputs, in order: JSON Lines (`.jsonl`, `.ndjson`, `.json`; one object a line), Parquet
-    /// or Arrow files (a text column), or text files (any other name: one document each).
-    /// Brace patterns and globs are expanded as for every command's DATA.
+    /// or Arrow files (a text column), WebDataset tar or TFRecord files (a text member or
+    /// feature: --field txt), or text files (any other name: one document each). Paths or
+    /// URLs (http(s), s3, gs, az); brace patterns and globs as for every command's DATA.
     #[arg(required = true)]
     inputs: Vec<String>,
     /// The `tokenizer.json` (Hugging Face's tokenizers format).
@@ -44,7 +44,7 @@ pub(crate) struct TokenizeArgs {
     /// The output: a Megatron dataset's prefix, or (with `--to tokens`) the token file.
     #[arg(short, long)]
     output: PathBuf,
-    /// The JSON key or column holding each document's text.
+    /// The JSON key, column, tar member extension or feature holding each document's text.
     #[arg(long, default_value = "text")]
     field: String,
     /// What to write.
@@ -77,22 +77,6 @@ pub(crate) struct TokenizeArgs {
 
 /// Documents per chunk a worker tokenizes at once.
 const CHUNK: usize = 256;
-
-/// Where documents come from, in order.
-enum Reader {
-    Lines {
-        path: PathBuf,
-        lines: std::io::Lines<BufReader<std::fs::File>>,
-        line: u64,
-    },
-    Rows {
-        path: String,
-        source: std::sync::Arc<dyn Source>,
-        next: u64,
-    },
-    Whole(PathBuf),
-    Done,
-}
 
 pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
     let tokenizer = TextTokenizer::load(&args.tokenizer).map_err(anyhow::Error::msg)?;
@@ -253,17 +237,20 @@ fn read_chunks(
             }
         }
     };
-    for file in files {
-        let mut r = Reader::open(file, field)?;
-        while let Some(text) = r.next(field)? {
-            chunk.push(text);
-            if chunk.len() == CHUNK {
-                if !send((n, std::mem::take(&mut chunk))) {
-                    return Ok(());
-                }
-                n += 1;
+    let mut stopped = false;
+    chute::formats::text::read_texts(files, field, &mut |text| {
+        chunk.push(text);
+        if chunk.len() == CHUNK {
+            if !send((n, std::mem::take(&mut chunk))) {
+                stopped = true;
+                return Ok(false);
             }
+            n += 1;
         }
+        Ok(true)
+    })?;
+    if stopped {
+        return Ok(());
     }
     if !chunk.is_empty() {
         if !send((n, chunk)) {
@@ -335,94 +322,5 @@ impl Sink {
             }
         }
         Ok(())
-    }
-}
-
-impl Reader {
-    fn open(path: &Path, field: &str) -> anyhow::Result<Reader> {
-        let ext = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .unwrap_or_default();
-        Ok(match ext {
-            "jsonl" | "ndjson" | "json" => {
-                let f = std::fs::File::open(path)
-                    .with_context(|| format!("opening {}", path.display()))?;
-                Reader::Lines {
-                    path: path.to_path_buf(),
-                    lines: BufReader::with_capacity(1 << 20, f).lines(),
-                    line: 0,
-                }
-            }
-            _ if matches!(
-                Format::from_path(path),
-                Some(Format::Parquet | Format::Arrow)
-            ) =>
-            {
-                let options = OpenOptions {
-                    columns: Some(vec![field.to_string()]),
-                    ..Default::default()
-                };
-                Reader::Rows {
-                    path: path.display().to_string(),
-                    source: chute::formats::open(&[path], &options)?,
-                    next: 0,
-                }
-            }
-            _ => Reader::Whole(path.to_path_buf()),
-        })
-    }
-
-    /// The next document's text, or `None` at the end of the file.
-    fn next(&mut self, field: &str) -> anyhow::Result<Option<String>> {
-        match self {
-            Reader::Lines { path, lines, line } => loop {
-                let Some(text) = lines.next() else {
-                    return Ok(None);
-                };
-                *line += 1;
-                let text = text.with_context(|| format!("{} line {line}", path.display()))?;
-                if text.trim().is_empty() {
-                    continue;
-                }
-                let value: serde_json::Value = serde_json::from_str(&text).with_context(|| {
-                    format!("{} line {line}: not a JSON object", path.display())
-                })?;
-                return match value.get(field) {
-                    Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
-                    Some(other) => bail!(
-                        "{} line {line}: {field:?} holds {other}, not a string",
-                        path.display()
-                    ),
-                    None => bail!(
-                        "{} line {line}: no key {field:?}; name the text's key with --field",
-                        path.display()
-                    ),
-                };
-            },
-            Reader::Rows { path, source, next } => {
-                if *next >= source.manifest().total_samples() {
-                    return Ok(None);
-                }
-                let sample = source.read(*next)?;
-                let row = *next;
-                *next += 1;
-                match sample.get(field) {
-                    Some(Field::Text(b) | Field::Bytes(b)) => {
-                        Ok(Some(String::from_utf8(b.to_vec()).with_context(|| {
-                            format!("{path} row {row}: column {field:?} is not UTF-8")
-                        })?))
-                    }
-                    _ => bail!("{path} row {row}: column {field:?} is not a string column"),
-                }
-            }
-            Reader::Whole(path) => {
-                let text = std::fs::read_to_string(&*path)
-                    .with_context(|| format!("reading {} as UTF-8 text", path.display()))?;
-                *self = Reader::Done;
-                Ok(Some(text))
-            }
-            Reader::Done => Ok(None),
-        }
     }
 }

@@ -15,6 +15,7 @@
 //!   transforms as the engine runs them (closures implement the trait).
 //! - [`alloc::CachingAlloc`]: the global allocator of the binary and the Python extension,
 //!   keeping freed large blocks (decoded columns, images) for reuse.
+//! - [`TextEncoder`]: text to token ids, handed to sources that tokenize text when opened.
 //! - [`npy`]: numpy's `.npy` header parser and writer, shared by the formats and the ops.
 //!
 //! ```
@@ -37,6 +38,7 @@ pub mod alloc;
 mod batch;
 mod buffer;
 mod dtype;
+mod encode;
 mod error;
 mod manifest;
 pub mod mixture;
@@ -52,6 +54,7 @@ mod transform;
 pub use batch::{Batch, Column, Opaque, VarColumn};
 pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
 pub use dtype::{DType, Element, cast_into, check_cast};
+pub use encode::TextEncoder;
 pub use error::{BoxError, ConfigError, Corruption, Error, OnError, Result, SampleRef, StateError};
 pub use manifest::{MANIFEST_VERSION, Manifest, ShardInfo};
 pub use mixture::{Component, MixMode, Mixture, MixtureBuilder, Policy};

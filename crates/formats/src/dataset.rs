@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
-use chute_core::{ConfigError, Corruption, DType, Error, Manifest, Source};
+use chute_core::{ConfigError, Corruption, DType, Error, Manifest, Source, TextEncoder};
 use chute_io::Location;
 
 use crate::example::ExampleOptions;
@@ -187,6 +187,14 @@ pub struct OpenOptions {
     /// appended); Parquet and Arrow only when set, one document a row, its ids in the list
     /// column `columns[0]` (default `input_ids`).
     pub pack: Option<PackOptions>,
+    /// Text documents tokenized when opened ([`crate::text`]): with a tokenizer the inputs are
+    /// JSON Lines, Parquet, Arrow, tar, TFRecord or text files whatever their format, every
+    /// document is tokenized by it (on its threads) and packed by `pack` (`concat` by
+    /// default), `seq_len` and `out_dtype` as for token files.
+    pub tokenizer: Option<Arc<dyn TextEncoder>>,
+    /// With `tokenizer`: the JSON key, column, tar member extension or feature holding each
+    /// document's text (default `text`).
+    pub text_field: Option<String>,
 }
 
 /// Tokens per sequence when neither the options nor a manifest say.
@@ -206,6 +214,8 @@ impl Default for OpenOptions {
             raw: false,
             verify_checksums: true,
             pack: None,
+            tokenizer: None,
+            text_field: None,
         }
     }
 }
@@ -226,12 +236,38 @@ pub struct Dataset {
 /// Resolves `inputs` and opens them: [`Dataset::resolve`] then [`Dataset::open`].
 /// A single `.json` input holding a mixture (see [`crate::mixture`]) opens that mixture.
 pub fn open<P: AsRef<Path>>(inputs: &[P], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    if let Some(encoder) = &options.tokenizer {
+        let files = expand_files(inputs)?;
+        let field = options.text_field.as_deref().unwrap_or("text");
+        let docs = crate::text::tokenize(&files, field, encoder.as_ref())?;
+        return Ok(Arc::new(PackedSource::new(
+            docs,
+            pack_options(options, None),
+        )?));
+    }
     if let [one] = inputs
         && crate::mixture::is_mixture_file(one.as_ref())
     {
         return Ok(Arc::new(crate::mixture::open_mixture_file(one.as_ref())?));
     }
     Dataset::resolve(inputs, options.format)?.open(options)
+}
+
+/// The packing options: `options.pack` (or the defaults) with the `seq_len` and
+/// `out_dtype` of `tokens` (token files: with the manifest's), else of `options`.
+fn pack_options(options: &OpenOptions, tokens: Option<TokenOptions>) -> PackOptions {
+    let (seq_len, out_dtype) = match tokens {
+        Some(t) => (t.seq_len, t.out_dtype),
+        None => (
+            options.seq_len.unwrap_or(DEFAULT_SEQ_LEN),
+            options.out_dtype,
+        ),
+    };
+    PackOptions {
+        seq_len,
+        out_dtype,
+        ..options.pack.clone().unwrap_or_default()
+    }
 }
 
 /// Whether a directory's `manifest.json` stands for the directory.
@@ -295,7 +331,7 @@ impl Dataset {
         Ok(match self.format {
             Format::Tokens if options.pack.is_some() => {
                 let tokens = self.token_options(options)?;
-                let mut pack = self.pack_options(options, Some(tokens));
+                let mut pack = pack_options(options, Some(tokens));
                 let eos = pack.eos_id.take().ok_or_else(|| {
                     ConfigError::new(
                         "eos_id",
@@ -309,7 +345,7 @@ impl Dataset {
             Format::Tokens => Arc::new(TokenSource::open(files, self.token_options(options)?)?),
             Format::Megatron => {
                 let docs = Documents::megatron(files)?;
-                Arc::new(PackedSource::new(docs, self.pack_options(options, None))?)
+                Arc::new(PackedSource::new(docs, pack_options(options, None))?)
             }
             Format::WebDataset => {
                 let opts = WebDatasetOptions {
@@ -349,28 +385,11 @@ impl Dataset {
                     .map(|f| f.display().to_string())
                     .unwrap_or_default();
                 let docs = Documents::from_column(rows.as_ref(), &column, &name)?;
-                Arc::new(PackedSource::new(docs, self.pack_options(options, None))?)
+                Arc::new(PackedSource::new(docs, pack_options(options, None))?)
             }
             Format::Parquet => open_parquet(files, options)?,
             Format::Arrow => open_arrow(files, options)?,
         })
-    }
-
-    /// The packing options: `options.pack` (or the defaults) with the `seq_len` and
-    /// `out_dtype` of `tokens` (token files: with the manifest's), else of `options`.
-    fn pack_options(&self, options: &OpenOptions, tokens: Option<TokenOptions>) -> PackOptions {
-        let (seq_len, out_dtype) = match tokens {
-            Some(t) => (t.seq_len, t.out_dtype),
-            None => (
-                options.seq_len.unwrap_or(DEFAULT_SEQ_LEN),
-                options.out_dtype,
-            ),
-        };
-        PackOptions {
-            seq_len,
-            out_dtype,
-            ..options.pack.clone().unwrap_or_default()
-        }
     }
 
     /// Token options: explicit ones, else the manifest's (it records what a sample is), else

@@ -34,7 +34,8 @@ pub struct Documents {
     /// Global index of each file's first document, then the total.
     starts: Vec<u64>,
     tokens: u64,
-    /// What the documents are, for manifests: `megatron`, `eos:<id>` or `column:<name>`.
+    /// What the documents are, for manifests: `megatron`, `eos:<id>`, `column:<name>` or
+    /// `text:<field>:<tokenizer>`.
     kind: String,
 }
 
@@ -224,13 +225,31 @@ impl Documents {
             starts.push((data.len() / d.size()) as u64);
         }
         let dtype = dtype.unwrap_or(DType::I64);
-        Ok(Self::assemble(
-            vec![Bytes::from(data)],
-            vec![name.to_string()],
-            vec![Bounds::Starts(starts)],
+        Ok(Self::in_memory(
+            Bytes::from(data),
+            name.to_string(),
+            starts,
             dtype,
             format!("column:{column}"),
         ))
+    }
+
+    /// Documents of tokens in memory: `data` holds ids of `dtype`, document `i` is tokens
+    /// `starts[i]..starts[i + 1]`; `name` and `kind` describe them in manifests.
+    pub(crate) fn in_memory(
+        data: Bytes,
+        name: String,
+        starts: Vec<u64>,
+        dtype: DType,
+        kind: String,
+    ) -> Documents {
+        Self::assemble(
+            vec![data],
+            vec![name],
+            vec![Bounds::Starts(starts)],
+            dtype,
+            kind,
+        )
     }
 
     fn assemble(

@@ -19,7 +19,9 @@
 //! - [`megatron`]: Megatron-Core's indexed datasets (`.bin` + `.idx`), [`MegatronIndex`] and
 //!   [`MegatronWriter`]; [`Documents`]: where documents lie in token files (a Megatron index,
 //!   or flat files split at an end-of-sequence id); [`PackedSource`]: documents packed into
-//!   training rows (`concat`, `document`, `best_fit`; [`pack`]).
+//!   training rows (`concat`, `document`, `best_fit`, `pad`; [`pack`]); [`text`]: documents'
+//!   text from JSON Lines, Parquet, Arrow, tar, TFRecord or text files, tokenized when opened
+//!   with [`OpenOptions::tokenizer`].
 //! - [`open`], [`Dataset`], [`Format`], [`OpenOptions`]: the one way to open a dataset from
 //!   paths, URLs, brace patterns, globs, folders or a manifest, the format given or detected.
 //! - `check::check_reader` (feature `testing`): the conformance suite every reader passes.
@@ -70,6 +72,7 @@ pub mod parquet;
 pub mod tar;
 #[cfg(test)]
 mod test_support;
+pub mod text;
 pub mod tfrecord;
 mod tokens;
 pub mod webdataset;

@@ -8,7 +8,7 @@
 //! | --- | --- | --- |
 //! | `concat` | window `i` of `seq_len + 1` tokens of the epoch's documents concatenated | `tokens` `[seq_len + 1]` (`out_dtype`) |
 //! | `document` | the same window | `tokens`; `position_ids` `[seq_len + 1]` `int64`, from 0 at the window's start and at every document's; `segment_ids` `[seq_len + 1]` `int32`, 1 for the window's first document (piece), 2 for the next, ...; `cu_seqlens` `[k + 1]` `int32`, the offsets where the window's `k` pieces start, then `seq_len + 1` (a list per batch; `pad=True` pads it) |
-//! | `pad` | document `i`, cut to `seq_len` tokens (its EOS kept) | `tokens` `[n]` (`out_dtype`): a list per batch, or with the loader's `pad` one tensor padded to the batch's longest and `tokens_mask` |
+//! | `pad` | document `i` (or, with a `bucket`, a document of similar length to its batch's others), cut to `seq_len` tokens (its EOS kept) | `tokens` `[L]` (`out_dtype`): padded with `pad_id` to the batch's longest rounded up to `pad_to_multiple_of`; `tokens_mask` `[L]` `bool` (false on padding) |
 //! | `best_fit` | row `i` of whole documents packed into `seq_len` tokens | `tokens` `[seq_len]`, padded with `pad_id`; `position_ids` `[seq_len]` `int64` (0 on padding); `segment_ids` `[seq_len]` `int32` (0 on padding); `loss_mask` `[seq_len]` `bool` (false on padding) |
 //!
 //! `concat` and `document`: with a shuffling plan the documents are put in a new order every
@@ -138,6 +138,15 @@ pub struct PackOptions {
     pub window: usize,
     /// `best_fit`: the key of the order documents are packed in (default 0).
     pub seed: u64,
+    /// `pad`: the batch's rows are padded to its longest rounded up to a multiple of this
+    /// (default 1: the longest; 8 or 64 suit tensor cores).
+    pub pad_to_multiple_of: usize,
+    /// `pad`: length bucketing; each run of this many rows of the epoch's order (all ranks)
+    /// holds the same documents as without it, sorted longest first, so a batch's documents
+    /// are of similar lengths (Hugging Face's `group_by_length` with megabatches of this
+    /// size). 0 (the default) leaves it off; a few dozen batches of every rank together is
+    /// a good size.
+    pub bucket: u64,
 }
 
 impl Default for PackOptions {
@@ -151,6 +160,8 @@ impl Default for PackOptions {
             long: Long::Split,
             window: 1024,
             seed: 0,
+            pad_to_multiple_of: 1,
+            bucket: 0,
         }
     }
 }
@@ -198,6 +209,16 @@ pub struct PackedSource {
     rows: Rows,
     /// `best_fit`: documents left out (longer than `seq_len` with [`Long::Drop`]).
     dropped: u64,
+    /// `pad` with a `bucket`: the epoch's document of each row.
+    bucketed: RwLock<Arc<Bucketed>>,
+}
+
+/// `pad` with a `bucket`: the document each row reads in the epoch `key` names, `None`
+/// before the first plan (rows read their own document).
+#[derive(Debug, Default)]
+struct Bucketed {
+    key: Option<(u64, u64, Shuffle)>,
+    doc: Vec<u64>,
 }
 
 impl PackedSource {
@@ -213,6 +234,13 @@ impl PackedSource {
         }
         if options.window == 0 {
             return Err(ConfigError::new("window", "0 documents per packing window").into());
+        }
+        if options.pad_to_multiple_of == 0 {
+            return Err(ConfigError::new(
+                "pad_to_multiple_of",
+                "0: rows are padded to a multiple of 1 (the batch's longest) or more",
+            )
+            .into());
         }
         check_cast(docs.dtype(), options.out_dtype)
             .map_err(|e| ConfigError::new("out_dtype", e.reason))?;
@@ -252,6 +280,12 @@ impl PackedSource {
         if let Some(e) = options.eos_id {
             manifest = manifest.with_param("eos_id", e);
         }
+        if options.pack == Pack::Pad {
+            manifest = manifest
+                .with_param("pad_id", options.pad_id)
+                .with_param("pad_to_multiple_of", options.pad_to_multiple_of)
+                .with_param("bucket", options.bucket);
+        }
         if options.pack == Pack::BestFit {
             manifest = manifest
                 .with_param("pad_id", options.pad_id)
@@ -266,6 +300,7 @@ impl PackedSource {
             order: RwLock::new(order),
             rows,
             dropped,
+            bucketed: RwLock::default(),
         })
     }
 
@@ -504,6 +539,118 @@ impl PackedSource {
         }
     }
 
+    /// `pad`: this epoch's documents of the rows (see [`Self::pad_doc`]).
+    fn bucketed(&self) -> Arc<Bucketed> {
+        Arc::clone(&self.bucketed.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// `pad`: the document row `id` reads this epoch.
+    fn pad_doc(b: &Bucketed, id: u64) -> u64 {
+        b.doc.get(id as usize).copied().unwrap_or(id)
+    }
+
+    /// `pad`: the tokens of document `doc`'s row (with its EOS, cut to `seq_len`).
+    fn pad_len(&self, doc: u64) -> u64 {
+        Self::eff_len(&self.docs, &self.options, doc).min(self.options.seq_len as u64)
+    }
+
+    /// `pad`: writes document `doc`'s row of `n` tokens (its EOS kept when cut) into `dst`.
+    fn pad_row(&self, doc: u64, n: u64, dst: &mut [u8]) {
+        let os = self.options.out_dtype.size();
+        let eos = u64::from(self.options.eos_id.is_some() && n > 0);
+        self.copy_tokens(doc, 0, n - eos, &mut dst[..(n - eos) as usize * os]);
+        if eos == 1 {
+            let e = self.options.eos_id.unwrap_or(0).to_le_bytes();
+            cast_into(
+                DType::U32,
+                &e,
+                self.options.out_dtype,
+                &mut dst[(n as usize - 1) * os..n as usize * os],
+            );
+        }
+    }
+
+    /// `pad`: the batch's rows padded with `pad_id` to its longest, rounded up to
+    /// `pad_to_multiple_of`, and `tokens_mask` (true on the documents' tokens).
+    fn collate_padded(&self, ids: &[u64], pool: &BufferPool) -> Vec<(String, Column)> {
+        let os = self.options.out_dtype.size();
+        let bucketed = self.bucketed();
+        let rows: Vec<(u64, u64)> = ids
+            .iter()
+            .map(|&id| {
+                let doc = Self::pad_doc(&bucketed, id);
+                (doc, self.pad_len(doc))
+            })
+            .collect();
+        let longest = rows.iter().map(|r| r.1).max().unwrap_or(0) as usize;
+        let width =
+            longest.div_ceil(self.options.pad_to_multiple_of) * self.options.pad_to_multiple_of;
+        let mut pad = vec![0u8; os];
+        cast_into(
+            DType::U32,
+            &self.options.pad_id.to_le_bytes(),
+            self.options.out_dtype,
+            &mut pad,
+        );
+        let mut tokens = pool.take(ids.len() * width * os);
+        let mut mask = pool.take(ids.len() * width);
+        let (t, m) = (tokens.as_mut_slice(), mask.as_mut_slice());
+        for (i, &(doc, n)) in rows.iter().enumerate() {
+            let row = &mut t[i * width * os..(i + 1) * width * os];
+            let n = n as usize;
+            self.pad_row(doc, n as u64, &mut row[..n * os]);
+            for v in row[n * os..].chunks_exact_mut(os) {
+                v.copy_from_slice(&pad);
+            }
+            m[i * width..i * width + n].fill(1);
+            m[i * width + n..(i + 1) * width].fill(0);
+        }
+        let shape = vec![ids.len(), width];
+        vec![
+            (
+                "tokens".to_string(),
+                Column::Tensor(Tensor::new(self.options.out_dtype, shape.clone(), tokens)),
+            ),
+            (
+                "tokens_mask".to_string(),
+                Column::Tensor(Tensor::new(DType::Bool, shape, mask)),
+            ),
+        ]
+    }
+
+    /// `pad` with a `bucket`: for the epoch `plan` is in, each run of `bucket` positions of
+    /// its order (all ranks) gets the documents those positions hold, longest first. Depends
+    /// on the seed, the epoch and the shuffle mode only, so every rank, a resumed run and one
+    /// on another world size agree.
+    fn bucket(&self, plan: &Plan) {
+        let cfg = plan.config();
+        let key = Some((cfg.seed, cfg.epoch, cfg.shuffle));
+        if self.bucketed().key == key {
+            return;
+        }
+        let n = plan.epoch_samples();
+        if n != self.docs.len() {
+            return; // a plan over other samples (a mixture's): rows read their own documents
+        }
+        let mut doc = vec![0u64; n as usize];
+        let mut ids = Vec::new();
+        let mut sorted = Vec::new();
+        let mut p = 0;
+        while p < n {
+            let end = (p + self.options.bucket).min(n);
+            ids.clear();
+            ids.extend((p..end).map(|q| plan.order_at(q)));
+            sorted.clear();
+            sorted.extend_from_slice(&ids);
+            sorted.sort_by_key(|&d| std::cmp::Reverse(self.pad_len(d)));
+            for (&id, &d) in ids.iter().zip(&sorted) {
+                doc[id as usize] = d;
+            }
+            p = end;
+        }
+        *self.bucketed.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Bucketed { key, doc });
+    }
+
     /// Tokens per row.
     fn row_len(&self) -> usize {
         match self.options.pack {
@@ -534,22 +681,10 @@ impl Source for PackedSource {
     fn read(&self, id: u64) -> Result<Sample, Error> {
         self.manifest.locate_checked(id)?;
         if self.options.pack == Pack::Pad {
-            // Document `id`, with its EOS, cut to `seq_len` (the EOS kept).
-            let len = Self::eff_len(&self.docs, &self.options, id);
-            let n = len.min(self.options.seq_len as u64);
-            let os = self.options.out_dtype.size();
-            let mut buf = vec![0u8; n as usize * os];
-            let eos = u64::from(self.options.eos_id.is_some() && n > 0);
-            self.copy_tokens(id, 0, n - eos, &mut buf[..(n - eos) as usize * os]);
-            if eos == 1 {
-                let e = self.options.eos_id.unwrap_or(0).to_le_bytes();
-                cast_into(
-                    DType::U32,
-                    &e,
-                    self.options.out_dtype,
-                    &mut buf[(n as usize - 1) * os..],
-                );
-            }
+            let doc = Self::pad_doc(&self.bucketed(), id);
+            let n = self.pad_len(doc);
+            let mut buf = vec![0u8; n as usize * self.options.out_dtype.size()];
+            self.pad_row(doc, n, &mut buf);
             let mut sample = Sample::new(id);
             sample.fields.push((
                 FieldName::Borrowed("tokens"),
@@ -593,6 +728,9 @@ impl Source for PackedSource {
 
     /// A new epoch: `concat` and `document` put the documents in its order.
     fn set_plan(&self, plan: &Plan) {
+        if self.options.pack == Pack::Pad && self.options.bucket > 0 {
+            self.bucket(plan);
+        }
         if matches!(self.options.pack, Pack::BestFit | Pack::Pad) {
             return;
         }
@@ -611,13 +749,13 @@ impl Source for PackedSource {
         ids: &[u64],
         pool: &BufferPool,
     ) -> Option<Result<Vec<(String, Column)>, Error>> {
-        if self.options.pack == Pack::Pad {
-            return None; // rows of differing lengths: the engine lists or pads them
-        }
         if let Some(&bad) = ids.iter().find(|&&id| id >= self.manifest.total_samples())
             && let Err(e) = self.manifest.locate_checked(bad)
         {
             return Some(Err(e.into()));
+        }
+        if self.options.pack == Pack::Pad {
+            return Some(Ok(self.collate_padded(ids, pool)));
         }
         let order = self.current();
         let n = self.row_len();
@@ -935,7 +1073,70 @@ mod tests {
             want.push(0);
             assert_eq!(got, want, "document {id}");
         }
-        assert!(src.collate(&[0, 1], &BufferPool::new(2)).is_none());
+        let cols = src.collate(&[3, 1], &BufferPool::new(2)).unwrap().unwrap();
+        let width = raw[3].len().max(raw[1].len()).min(19) + 1;
+        let t = cols[0].1.as_tensor().unwrap();
+        assert_eq!(t.shape(), &[2, width]);
+        let m = cols[1].1.as_tensor().unwrap().as_bytes();
+        assert_eq!(
+            m.iter().filter(|&&v| v == 1).count(),
+            raw[3].len().min(19) + raw[1].len().min(19) + 2
+        );
+    }
+
+    #[test]
+    fn pad_rounds_up_and_buckets_keep_every_document_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (docs, raw) = corpus(dir.path(), 300, 60);
+        let opts = PackOptions {
+            pack: Pack::Pad,
+            seq_len: 64,
+            pad_id: 7,
+            pad_to_multiple_of: 8,
+            bucket: 64,
+            ..Default::default()
+        };
+        let src = PackedSource::new(docs, opts).unwrap();
+        let pool = BufferPool::new(4);
+        for shuffle in [Shuffle::None, Shuffle::Global] {
+            let p = plan(&src, shuffle, 1);
+            src.set_plan(&p);
+            let mut seen = Vec::new();
+            let (mut padded, mut spread) = (0usize, 0usize);
+            let ids: Vec<u64> = p.iter().collect();
+            for batch in ids.chunks(8) {
+                let cols = src.collate(batch, &pool).unwrap().unwrap();
+                let t = cols[0].1.as_tensor().unwrap();
+                let w = t.shape()[1];
+                assert_eq!(w % 8, 0, "rounded up to a multiple of 8");
+                let tok = t.as_slice::<i64>().unwrap();
+                let mask = cols[1].1.as_tensor().unwrap().as_bytes();
+                let lens: Vec<usize> = mask
+                    .chunks(w)
+                    .map(|r| r.iter().filter(|&&v| v == 1).count())
+                    .collect();
+                assert!(lens.iter().max().unwrap() + 8 > w);
+                for (r, &n) in lens.iter().enumerate() {
+                    let row = &tok[r * w..(r + 1) * w];
+                    assert!(row[n..].iter().all(|&v| v == 7), "padded with pad_id");
+                    seen.push(row[..n].to_vec());
+                    padded += w - n;
+                }
+                spread += lens.iter().max().unwrap() - lens.iter().min().unwrap();
+            }
+            let mut want: Vec<Vec<i64>> = raw
+                .iter()
+                .map(|d| d.iter().map(|&v| v as i64).collect())
+                .collect();
+            want.sort();
+            seen.sort();
+            assert_eq!(seen, want, "{shuffle:?}: every document once");
+            // Sorted groups: batches hold documents of similar lengths.
+            assert!(
+                spread < ids.len() / 8 * 20,
+                "{shuffle:?}: spread {spread}, padding {padded}"
+            );
+        }
     }
 
     #[test]
