@@ -78,6 +78,10 @@ def dataset(
     ``{name: columns}`` stacks numeric columns of one dtype into one ``[B, k]`` column on the
     workers (columns a list, or a string such as ``"f{0..15}"``).
 
+    Tokenized Parquet or Arrow (Hugging Face's layout, one document a row) pack with ``pack``:
+    the ids in ``columns[0]`` (default ``input_ids``), and with ``columns=["input_ids",
+    "labels"]`` a ``labels`` column (int64, aligned with ``tokens``, -100 on padding).
+
     With ``tokenizer`` (a ``tokenizer.json``), the paths hold text: JSON Lines, Parquet, Arrow,
     tar, TFRecord or text files, each document's text under ``text_field`` (a key, column, tar
     member extension such as ``"txt"``, or feature; a text file is one document). Every

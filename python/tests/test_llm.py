@@ -250,3 +250,77 @@ def test_packing_resumes_in_a_new_process_and_on_fewer_ranks(tmp_path, pack):
     rest = json.loads(proc.stdout)
     # 2 ranks x 6 batches of 4 = the first 12 batches of the single-rank stream.
     assert rest == full[12:], "an elastic resume in a new process continues exactly"
+
+
+def test_packed_sources_mix_and_keep_every_window_once_per_component_epoch(tmp_path):
+    """Packed sources as a mixture's components: the mixture reads several epochs of a
+    component at once (one rolls over mid-batch), so each keeps one document order for all
+    epochs and its windows are each read once per component epoch, none lost or doubled."""
+    parts = {}
+    for name, n in (("web", 120), ("code", 40)):
+        docs = documents(n, seed=len(name), longest=60)
+        prefix = str(tmp_path / name)
+        chute_build(prefix, docs)
+        parts[name] = (prefix, sum(len(d) + 1 for d in docs))
+    w = 16
+    srcs = {k: chute.tokens(p, seq_len=w - 1, eos_id=0) for k, (p, _) in parts.items()}
+    per = {k: len(s) for k, s in srcs.items()}
+    mix = chute.mix(srcs, weights={"web": 0.5, "code": 0.5}, source_column="part")
+    # Enough batches for code (the smaller part, half of every batch) to pass 3 epochs.
+    batches = 3 * per["code"] * 2 // 8 + 1
+    rows = {"web": [], "code": []}
+    for i, b in enumerate(chute.Loader(mix, batch_size=8, num_workers=3, seed=4)):
+        for r, c in zip(np.asarray(b["tokens"]).tolist(), np.asarray(b["part"]).tolist()):
+            rows[["web", "code"][c]].append(tuple(r))
+        if i + 1 == batches:
+            break
+    from collections import Counter
+
+    for name, got in rows.items():
+        epochs, rest = divmod(len(got), per[name])
+        counts = Counter(got[: epochs * per[name]])
+        assert epochs >= 1 and set(counts.values()) == {epochs}, name
+        assert len(counts) == per[name], name
+        # The windows are the component's tokens (with EOS) cut every 16, less the tail.
+        assert sum(len(r) for r in counts) == parts[name][1] // w * w, name
+
+
+def test_tokenized_labels_pack_beside_their_ids(tmp_path):
+    """Hugging Face SFT data: `input_ids` and `labels` (-100 on the prompt) per row; with
+    columns=["input_ids", "labels"] every packing mode gives a `labels` column aligned with
+    `tokens` (the appended EOS labelled with itself, padding -100)."""
+    pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (scripts/test.sh installs it)")
+    import pyarrow.parquet as pq
+
+    docs = documents(120, seed=9, longest=40)
+    rng = np.random.default_rng(3)
+    labels = [np.where(np.arange(len(d)) < rng.integers(0, len(d) + 1), -100, d) for d in docs]
+    pq.write_table(pa.table({
+        "input_ids": pa.array([d.tolist() for d in docs], type=pa.list_(pa.int32())),
+        "labels": pa.array([x.tolist() for x in labels], type=pa.list_(pa.int64())),
+    }), tmp_path / "sft.parquet", row_group_size=50)
+    path = str(tmp_path / "sft.parquet")
+    cols = ["input_ids", "labels"]
+    flat_t = np.concatenate([np.append(d, 0) for d in docs])
+    flat_l = np.concatenate([np.append(x, 0) for x in labels])
+    src = chute.dataset(path, seq_len=15, pack="concat", eos_id=0, columns=cols)
+    bs = list(chute.Loader(src, batch_size=4, shuffle=False))
+    t = np.concatenate([np.asarray(b["tokens"]).ravel() for b in bs])
+    lab = np.concatenate([np.asarray(b["labels"]).ravel() for b in bs])
+    assert np.array_equal(t, flat_t[: len(t)]) and np.array_equal(lab, flat_l[: len(t)])
+    # Wherever a label is not ignored it is its token.
+    for pack in ["document", "best_fit", "pad"]:
+        src = chute.dataset(path, seq_len=48, pack=pack, eos_id=0, columns=cols)
+        for b in chute.Loader(src, batch_size=4, shuffle=True, seed=1):
+            t, lab = np.asarray(b["tokens"]), np.asarray(b["labels"])
+            assert lab.shape == t.shape and lab.dtype == np.int64, pack
+            keep = lab != -100
+            assert np.array_equal(lab[keep], t[keep]), pack
+            if pack == "pad":
+                assert (lab[~np.asarray(b["tokens_mask"]).astype(bool)] == -100).all()
+            if pack == "best_fit":
+                assert (lab[~np.asarray(b["loss_mask"]).astype(bool)] == -100).all()
+    bad = pa.table({"input_ids": pa.array([[1, 2, 3]]), "labels": pa.array([[1, 2]])})
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    with pytest.raises(chute.CorruptDataError, match="2 labels for 3 ids"):
+        chute.dataset(str(tmp_path / "bad.parquet"), seq_len=8, pack="concat", columns=cols)

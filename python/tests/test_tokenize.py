@@ -311,3 +311,22 @@ def test_chute_tokenize_reads_urls_and_tar_members(tmp_path, tokenizers_json):
         assert tokenize([f"{http_url}/{name}"], tmp_path / "remote") == local
     finally:
         (Path(http_dir) / name).unlink()
+
+
+def test_chute_cat_decodes_tokens_and_bench_reads_text(tmp_path, tokenizers_json):
+    """`chute cat --decode` turns a packed row back into the text it came from, and the CLI
+    opens text with --tokenizer as Python does."""
+    path = tokenizers_json["bpe"]
+    texts = ["first document here", "and the second one", "third"]
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    prefix = tmp_path / "ds"
+    subprocess.run([chute_bin(), "tokenize", str(jsonl), "--tokenizer", path, "-o", str(prefix),
+                    "-q"], check=True, capture_output=True)
+    out = subprocess.run([chute_bin(), "cat", f"{prefix}.bin", "--pack", "pad", "--seq-len", "100",
+                          "--decode", path], check=True, capture_output=True, text=True).stdout
+    assert [json.loads(line)["tokens_text"] for line in out.splitlines()] == texts
+    out = subprocess.run([chute_bin(), "cat", str(jsonl), "--tokenizer", path, "--pack", "pad",
+                          "--seq-len", "100", "--decode", path],
+                         check=True, capture_output=True, text=True).stdout
+    assert [json.loads(line)["tokens_text"] for line in out.splitlines()] == texts

@@ -42,9 +42,9 @@ pub(crate) struct CatArgs {
     #[arg(long, default_value_t = 0)]
     skip: u64,
     /// A `tokenizer.json`: token fields (`tokens`, `input_ids`) are decoded back to text too
-    /// (a `<name>_text` field).
-    #[arg(long)]
-    tokenizer: Option<std::path::PathBuf>,
+    /// (a `<name>_text` field). (`--tokenizer` opens text as a source, tokenized.)
+    #[arg(long, value_name = "TOKENIZER_JSON")]
+    decode: Option<std::path::PathBuf>,
 }
 
 /// A sample as JSON: small arrays in full, bytes as their length and first bytes in hex.
@@ -289,7 +289,7 @@ pub(crate) fn cat(args: CatArgs) -> anyhow::Result<()> {
     let source = args.dataset.open()?;
     let n = source.manifest().total_samples();
     let end = args.records.map_or(n, |k| (args.skip + k).min(n));
-    let tokenizer = match &args.tokenizer {
+    let tokenizer = match &args.decode {
         Some(p) => Some(chute::ops::text::TextTokenizer::load(p).map_err(anyhow::Error::msg)?),
         None => None,
     };

@@ -194,6 +194,7 @@ impl Component {
     /// A component named `name` drawing from `source`, shuffled globally each of its epochs
     /// with a seed derived from the run's seed and the name.
     pub fn new(name: impl Into<String>, source: Arc<dyn Source>) -> Component {
+        source.keep_one_order();
         Component::with_inner(name, Inner::Source(source))
     }
 
@@ -1649,6 +1650,8 @@ impl Source for Mixture {
         self.flush(r);
         out
     }
+
+    fn keep_one_order(&self) {} // its components keep theirs already
 
     fn set_plan(&self, plan: &Plan) {
         let cfg = plan.config();

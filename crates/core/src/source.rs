@@ -35,6 +35,14 @@ pub trait Source: Send + Sync + 'static {
         let _ = plan;
     }
 
+    /// Called once by a [`crate::Mixture`] the source becomes a component of: the mixture
+    /// keeps plans of several of the component's epochs and reads them interleaved (a
+    /// component rolls over to its next epoch mid-batch), so a source whose samples depend on
+    /// the epoch of the last [`Source::set_plan`] (a packed source's document order) must from
+    /// now on give every epoch the same samples; the plans still order them anew. The default
+    /// does nothing.
+    fn keep_one_order(&self) {}
+
     /// The columnar fast path: collates the samples `ids` (in order) straight into batch
     /// columns from buffers in `pool`, without building a [`Sample`] per row. Returns `None`
     /// when the source has no such path (the default); the engine then reads sample by sample.
@@ -75,6 +83,10 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
 
     fn set_plan(&self, plan: &Plan) {
         (**self).set_plan(plan)
+    }
+
+    fn keep_one_order(&self) {
+        (**self).keep_one_order()
     }
 
     fn collate(

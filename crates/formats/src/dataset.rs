@@ -185,7 +185,8 @@ pub struct OpenOptions {
     /// datasets are packed (`concat` by default) whether set or not; token files only when
     /// set, their documents ending with `eos_id` (which is then their delimiter, not
     /// appended); Parquet and Arrow only when set, one document a row, its ids in the list
-    /// column `columns[0]` (default `input_ids`).
+    /// column `columns[0]` (default `input_ids`) and, when named, its labels in `columns[1]`
+    /// (a `labels` column in every packing mode, -100 on padding).
     pub pack: Option<PackOptions>,
     /// Text documents tokenized when opened ([`crate::text`]): with a tokenizer the inputs are
     /// JSON Lines, Parquet, Arrow, tar, TFRecord or text files whatever their format, every
@@ -374,8 +375,13 @@ impl Dataset {
                     .as_ref()
                     .and_then(|c| c.first().cloned())
                     .unwrap_or_else(|| "input_ids".to_string());
+                let labels = options.columns.as_ref().and_then(|c| c.get(1).cloned());
                 let projected = OpenOptions {
-                    columns: Some(vec![column.clone()]),
+                    columns: Some(
+                        std::iter::once(column.clone())
+                            .chain(labels.clone())
+                            .collect(),
+                    ),
                     pack: None,
                     ..options.clone()
                 };
@@ -384,7 +390,8 @@ impl Dataset {
                     .first()
                     .map(|f| f.display().to_string())
                     .unwrap_or_default();
-                let docs = Documents::from_column(rows.as_ref(), &column, &name)?;
+                let docs =
+                    Documents::from_column(rows.as_ref(), &column, labels.as_deref(), &name)?;
                 Arc::new(PackedSource::new(docs, pack_options(options, None))?)
             }
             Format::Parquet => open_parquet(files, options)?,

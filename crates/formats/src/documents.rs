@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use chute_core::{ConfigError, DType, Error, Field, Source};
+use chute_core::{ConfigError, DType, Error, Field, Source, cast_into};
 
 use crate::megatron::{self, MegatronIndex};
 
@@ -34,6 +34,9 @@ pub struct Documents {
     /// Global index of each file's first document, then the total.
     starts: Vec<u64>,
     tokens: u64,
+    /// Per-token labels (`int64`, -100 where the loss ignores a token), laid out as the
+    /// tokens of file 0: a tokenized column's `labels`.
+    labels: Option<Bytes>,
     /// What the documents are, for manifests: `megatron`, `eos:<id>`, `column:<name>` or
     /// `text:<field>:<tokenizer>`.
     kind: String,
@@ -169,47 +172,25 @@ impl Documents {
     /// The documents of a column of token lists, one row per document (Hugging Face's
     /// tokenized datasets: an `input_ids` column of `list<int32>` or `list<int64>`, in
     /// Parquet or Arrow), read from `source` (a Parquet or Arrow source projected to the
-    /// column) when opened: the tokens are copied into memory, in the column's dtype. `name`
-    /// names the data in manifests.
-    pub fn from_column(source: &dyn Source, column: &str, name: &str) -> Result<Documents, Error> {
+    /// columns) when opened: the tokens are copied into memory, in the column's dtype. With
+    /// `labels`, that column's lists (as long as the ids, any integer type) are the tokens'
+    /// labels (supervised fine-tuning's -100 on the prompt), kept as `int64`. `name` names the
+    /// data in manifests.
+    pub fn from_column(
+        source: &dyn Source,
+        column: &str,
+        labels: Option<&str>,
+        name: &str,
+    ) -> Result<Documents, Error> {
         let n = source.manifest().total_samples();
         let mut data: Vec<u8> = Vec::new();
+        let mut label_data: Vec<u8> = Vec::new();
         let mut starts = vec![0u64];
         let mut dtype: Option<DType> = None;
         for id in 0..n {
             let sample = source.read(id)?;
-            let Some(Field::Array(a)) = sample.get(column) else {
-                return Err(ConfigError::new(
-                    "columns",
-                    format!(
-                        "{name}: row {id} has no list of token ids in column {column:?} (name \
-                         the column holding them: columns=[...])"
-                    ),
-                )
-                .into());
-            };
+            let a = ids_of(&sample, column, name, id)?;
             let d = a.dtype;
-            if !matches!(
-                d,
-                DType::U8
-                    | DType::I8
-                    | DType::U16
-                    | DType::I16
-                    | DType::U32
-                    | DType::I32
-                    | DType::U64
-                    | DType::I64
-            ) || a.shape.len() > 1
-            {
-                return Err(ConfigError::new(
-                    "columns",
-                    format!(
-                        "{name}: column {column:?} holds {d} {:?}, not lists of token ids",
-                        a.shape
-                    ),
-                )
-                .into());
-            }
             match dtype {
                 None => dtype = Some(d),
                 Some(first) if first != d => {
@@ -222,16 +203,33 @@ impl Documents {
                 Some(_) => {}
             }
             data.extend_from_slice(&a.data);
+            let len = a.data.len() / d.size();
+            if let Some(lc) = labels {
+                let l = ids_of(&sample, lc, name, id)?;
+                if l.data.len() / l.dtype.size() != len {
+                    return Err(Error::corrupt(
+                        name,
+                        id,
+                        format!(
+                            "row {id}: {lc:?} holds {} labels for {len} ids in {column:?}",
+                            l.data.len() / l.dtype.size()
+                        ),
+                    ));
+                }
+                let at = label_data.len();
+                label_data.resize(at + len * 8, 0);
+                cast_into(l.dtype, &l.data, DType::I64, &mut label_data[at..]);
+            }
             starts.push((data.len() / d.size()) as u64);
         }
         let dtype = dtype.unwrap_or(DType::I64);
-        Ok(Self::in_memory(
-            Bytes::from(data),
-            name.to_string(),
-            starts,
-            dtype,
-            format!("column:{column}"),
-        ))
+        let kind = match labels {
+            Some(l) => format!("column:{column}:labels:{l}"),
+            None => format!("column:{column}"),
+        };
+        let mut docs = Self::in_memory(Bytes::from(data), name.to_string(), starts, dtype, kind);
+        docs.labels = labels.map(|_| Bytes::from(label_data));
+        Ok(docs)
     }
 
     /// Documents of tokens in memory: `data` holds ids of `dtype`, document `i` is tokens
@@ -276,6 +274,7 @@ impl Documents {
             dtype,
             starts,
             tokens,
+            labels: None,
             kind,
         }
     }
@@ -315,6 +314,17 @@ impl Documents {
         &self.kind
     }
 
+    /// Whether the tokens have labels ([`Documents::from_column`] with a labels column).
+    pub fn has_labels(&self) -> bool {
+        self.labels.is_some()
+    }
+
+    /// The `int64` labels of tokens `first..first + len` of file 0, if the tokens have labels.
+    pub fn label_bytes(&self, first: u64, len: u64) -> Option<&[u8]> {
+        let l = self.labels.as_ref()?;
+        Some(&l[first as usize * 8..(first + len) as usize * 8])
+    }
+
     /// Document `d`: (file, first token, length).
     ///
     /// # Panics
@@ -352,6 +362,47 @@ impl Documents {
         let s = self.dtype.size();
         &self.files[file][first as usize * s..(first + len) as usize * s]
     }
+}
+
+/// Row `id`'s list of integer ids in `column`, or an error naming the column.
+fn ids_of<'a>(
+    sample: &'a chute_core::Sample,
+    column: &str,
+    name: &str,
+    id: u64,
+) -> Result<&'a chute_core::Array, Error> {
+    let Some(Field::Array(a)) = sample.get(column) else {
+        return Err(ConfigError::new(
+            "columns",
+            format!(
+                "{name}: row {id} has no list of token ids in column {column:?} (name the \
+                 columns holding them: columns=[ids, labels])"
+            ),
+        )
+        .into());
+    };
+    if !matches!(
+        a.dtype,
+        DType::U8
+            | DType::I8
+            | DType::U16
+            | DType::I16
+            | DType::U32
+            | DType::I32
+            | DType::U64
+            | DType::I64
+    ) || a.shape.len() > 1
+    {
+        return Err(ConfigError::new(
+            "columns",
+            format!(
+                "{name}: column {column:?} holds {} {:?}, not lists of integer ids",
+                a.dtype, a.shape
+            ),
+        )
+        .into());
+    }
+    Ok(a)
 }
 
 #[cfg(test)]

@@ -18,7 +18,11 @@
 //! boundaries. Every token of an epoch is in exactly one window, except the tail: the
 //! `T mod (seq_len + 1)` tokens after the epoch's last whole window (of the `T` tokens of
 //! the concatenation) are not read that epoch. The epoch's document order comes through
-//! [`Source::set_plan`], so a packed source, like a mixture, follows one loader at a time.
+//! [`Source::set_plan`], so a packed source, like a mixture, follows one loader at a time. As a
+//! mixture's component it keeps one document order for every epoch (keyed by the component's
+//! seed; [`Source::keep_one_order`]), since a mixture reads several of a component's epochs
+//! at once; the component's plans still reshuffle the windows every epoch (and `pad` does not
+//! bucket there).
 //!
 //! `best_fit`: documents, in an order keyed by [`PackOptions::seed`], are taken a window of
 //! [`PackOptions::window`] at a time and placed, longest first, each into the open row with
@@ -26,6 +30,10 @@
 //! rows close when it ends, so memory stays bounded. A document never splits unless it is
 //! longer than `seq_len` ([`Long`]: split into `seq_len`-token pieces, or dropped). The rows
 //! are made once, when the source is opened; epochs shuffle them through the plan.
+//!
+//! Documents with labels ([`Documents::has_labels`]: a tokenized column's `labels`) add a
+//! `labels` column (`int64`, the same shape as `tokens`): each token's label, the appended
+//! EOS's `eos_id`, padding -100.
 //!
 //! [`PackOptions::eos_id`] is appended after every document (for documents stored without
 //! one; flat files split at their end-of-sequence id keep it as their last token already).
@@ -211,6 +219,9 @@ pub struct PackedSource {
     dropped: u64,
     /// `pad` with a `bucket`: the epoch's document of each row.
     bucketed: RwLock<Arc<Bucketed>>,
+    /// A mixture's component ([`Source::keep_one_order`]): one document order for every
+    /// epoch, no bucketing.
+    one_order: std::sync::atomic::AtomicBool,
 }
 
 /// `pad` with a `bucket`: the document each row reads in the epoch `key` names, `None`
@@ -301,6 +312,7 @@ impl PackedSource {
             rows,
             dropped,
             bucketed: RwLock::default(),
+            one_order: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -451,6 +463,20 @@ impl PackedSource {
         }
     }
 
+    /// Copies the labels of tokens `off..off + len` of document `doc` (the appended EOS's is
+    /// `eos_id`) into `dst` (`len` `int64`s), when the documents have labels.
+    fn copy_labels(&self, doc: u64, off: u64, len: u64, dst: &mut [u8]) {
+        let (_, first, n) = self.docs.doc(doc);
+        let real = len.min(n.saturating_sub(off));
+        if let Some(src) = self.docs.label_bytes(first + off, real) {
+            dst[..real as usize * 8].copy_from_slice(src);
+        }
+        if real < len {
+            let eos = i64::from(self.options.eos_id.unwrap_or(0)).to_le_bytes();
+            dst[real as usize * 8..(real as usize + 1) * 8].copy_from_slice(&eos);
+        }
+    }
+
     /// The pieces of sample `id`: (document, offset, length) in order.
     fn pieces(&self, order: &Order, id: u64, out: &mut Vec<(u64, u64, u64)>) {
         out.clear();
@@ -500,12 +526,16 @@ impl PackedSource {
     ) {
         self.pieces(order, id, pieces);
         let os = self.options.out_dtype.size();
+        let labels = self.docs.has_labels().then(|| cols.len() - 1);
         let mut at = 0usize;
         let extra = self.options.pack != Pack::Concat;
         cu.clear();
         for (s, &(doc, off, len)) in pieces.iter().enumerate() {
             let n = len as usize;
             self.copy_tokens(doc, off, len, &mut cols[0][at * os..(at + n) * os]);
+            if let Some(li) = labels {
+                self.copy_labels(doc, off, len, &mut cols[li][at * 8..(at + n) * 8]);
+            }
             if extra {
                 for j in 0..n {
                     let pos = (j as i64).to_le_bytes();
@@ -536,6 +566,9 @@ impl PackedSource {
             cols[1][at * 8..].fill(0);
             cols[2][at * 4..].fill(0);
             cols[3][at..].fill(0);
+            if let Some(li) = labels {
+                fill_ignored(&mut cols[li][at * 8..]);
+            }
         }
     }
 
@@ -567,6 +600,16 @@ impl PackedSource {
                 self.options.out_dtype,
                 &mut dst[(n as usize - 1) * os..n as usize * os],
             );
+        }
+    }
+
+    /// `pad`: writes document `doc`'s row's `n` labels (its EOS's `eos_id`) into `dst`.
+    fn pad_labels(&self, doc: u64, n: u64, dst: &mut [u8]) {
+        let eos = u64::from(self.options.eos_id.is_some() && n > 0);
+        self.copy_labels(doc, 0, n - eos, &mut dst[..(n - eos) as usize * 8]);
+        if eos == 1 {
+            let e = i64::from(self.options.eos_id.unwrap_or(0)).to_le_bytes();
+            dst[(n as usize - 1) * 8..n as usize * 8].copy_from_slice(&e);
         }
     }
 
@@ -606,16 +649,30 @@ impl PackedSource {
             m[i * width + n..(i + 1) * width].fill(0);
         }
         let shape = vec![ids.len(), width];
-        vec![
+        let mut out = vec![
             (
                 "tokens".to_string(),
                 Column::Tensor(Tensor::new(self.options.out_dtype, shape.clone(), tokens)),
             ),
             (
                 "tokens_mask".to_string(),
-                Column::Tensor(Tensor::new(DType::Bool, shape, mask)),
+                Column::Tensor(Tensor::new(DType::Bool, shape.clone(), mask)),
             ),
-        ]
+        ];
+        if self.docs.has_labels() {
+            let mut labels = pool.take(ids.len() * width * 8);
+            let l = labels.as_mut_slice();
+            for (i, &(doc, n)) in rows.iter().enumerate() {
+                let row = &mut l[i * width * 8..(i + 1) * width * 8];
+                self.pad_labels(doc, n, &mut row[..n as usize * 8]);
+                fill_ignored(&mut row[n as usize * 8..]);
+            }
+            out.push((
+                "labels".to_string(),
+                Column::Tensor(Tensor::new(DType::I64, shape, labels)),
+            ));
+        }
+        out
     }
 
     /// `pad` with a `bucket`: for the epoch `plan` is in, each run of `bucket` positions of
@@ -669,6 +726,9 @@ impl PackedSource {
         if self.options.pack == Pack::BestFit {
             f.push(("loss_mask", DType::Bool));
         }
+        if self.docs.has_labels() {
+            f.push(("labels", DType::I64));
+        }
         f
     }
 }
@@ -694,6 +754,14 @@ impl Source for PackedSource {
                     Bytes::from(buf),
                 )),
             ));
+            if self.docs.has_labels() {
+                let mut l = vec![0u8; n as usize * 8];
+                self.pad_labels(doc, n, &mut l);
+                sample.fields.push((
+                    FieldName::Borrowed("labels"),
+                    Field::Array(Array::new(DType::I64, vec![n as usize], Bytes::from(l))),
+                ));
+            }
             return Ok(sample);
         }
         let order = self.current();
@@ -728,19 +796,27 @@ impl Source for PackedSource {
 
     /// A new epoch: `concat` and `document` put the documents in its order.
     fn set_plan(&self, plan: &Plan) {
-        if self.options.pack == Pack::Pad && self.options.bucket > 0 {
+        let one = self.one_order.load(std::sync::atomic::Ordering::Relaxed);
+        if self.options.pack == Pack::Pad && self.options.bucket > 0 && !one {
             self.bucket(plan);
         }
         if matches!(self.options.pack, Pack::BestFit | Pack::Pad) {
             return;
         }
         let cfg = plan.config();
-        let key = (cfg.shuffle != Shuffle::None).then_some((cfg.seed, cfg.epoch));
+        // In a mixture, epochs are read interleaved: one order, keyed by the seed alone.
+        let epoch = if one { 0 } else { cfg.epoch };
+        let key = (cfg.shuffle != Shuffle::None).then_some((cfg.seed, epoch));
         if self.current().key == key {
             return;
         }
         let order = Arc::new(Self::order(&self.docs, &self.options, key));
         *self.order.write().unwrap_or_else(|e| e.into_inner()) = order;
+    }
+
+    fn keep_one_order(&self) {
+        self.one_order
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The columnar path: rows written straight into the batch's buffers.
@@ -800,6 +876,16 @@ impl Source for PackedSource {
             out.push(("cu_seqlens".into(), Column::List(lists)));
         }
         Some(Ok(out))
+    }
+}
+
+/// The label the loss ignores (PyTorch's `ignore_index`).
+const IGNORE: i64 = -100;
+
+/// Fills `dst` (`int64`s) with [`IGNORE`].
+fn fill_ignored(dst: &mut [u8]) {
+    for v in dst.chunks_exact_mut(8) {
+        v.copy_from_slice(&IGNORE.to_le_bytes());
     }
 }
 
