@@ -320,6 +320,10 @@ def test_tokenized_labels_pack_beside_their_ids(tmp_path):
                 assert (lab[~np.asarray(b["tokens_mask"]).astype(bool)] == -100).all()
             if pack == "best_fit":
                 assert (lab[~np.asarray(b["loss_mask"]).astype(bool)] == -100).all()
+    # The loader's pad=True adds nothing to rows the source padded itself.
+    src = chute.dataset(path, seq_len=48, pack="pad", eos_id=0, columns=cols)
+    b = next(iter(chute.Loader(src, batch_size=4, pad=True)))
+    assert sorted(b) == ["labels", "tokens", "tokens_mask"]
     bad = pa.table({"input_ids": pa.array([[1, 2, 3]]), "labels": pa.array([[1, 2]])})
     pq.write_table(bad, tmp_path / "bad.parquet")
     with pytest.raises(chute.CorruptDataError, match="2 labels for 3 ids"):

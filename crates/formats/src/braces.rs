@@ -26,6 +26,10 @@ use chute_core::ConfigError;
 /// The most names one pattern may expand to.
 pub const MAX_EXPANSIONS: usize = 1_000_000;
 
+/// The most bytes of names one pattern may expand to (a name is never longer than its
+/// pattern, so this is checked before any is built).
+const MAX_EXPANDED_BYTES: u128 = 1 << 28;
+
 /// Expands `pattern` into the list of names it stands for, in `braceexpand`'s order.
 ///
 /// ```
@@ -51,6 +55,17 @@ pub fn expand_braces(pattern: &str) -> Result<Vec<String>, ConfigError> {
             ),
         ));
     };
+    if count * pattern.len() as u128 > MAX_EXPANDED_BYTES {
+        return Err(error(
+            pattern,
+            format!(
+                "its {count} names of up to {} bytes could take more than {} MiB; split the \
+                 dataset into several patterns or shorten the names",
+                pattern.len(),
+                MAX_EXPANDED_BYTES >> 20
+            ),
+        ));
+    }
     let mut out = Vec::with_capacity(count as usize);
     expand(&items, &mut String::new(), &mut out);
     // As braceexpand does, escapes are removed after expansion.
@@ -477,6 +492,15 @@ mod tests {
         assert!(err("{c..a}").contains("counts down"));
         assert!(err("{0..99999999999999999999}").contains("64 bits"));
         assert!(err("{0..1000000}").contains("more than 1000000"));
+        // A million names of 4 KB each: refused before 4 GB of names are built.
+        let long = format!("{}{{0..999999}}", "x".repeat(4000));
+        assert!(err(&long).contains("MiB"), "{}", err(&long));
+        assert_eq!(
+            expand_braces(&format!("{}{{0..9}}", "x".repeat(4000)))
+                .unwrap()
+                .len(),
+            10
+        );
         assert!(err("{0..999}{0..999}{0..9}").contains("more than"));
         assert!(err("{0..9223372036854775807}").contains("more than"));
         assert!(err("{-9223372036854775808..9223372036854775807}").contains("more than"));

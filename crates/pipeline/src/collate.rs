@@ -72,25 +72,20 @@ pub fn collate_samples(
 /// Columns from a source's columnar path ([`chute_core::Source::collate`], which knows
 /// nothing of padding) made what [`collate`] gives for the same samples: a list whose tensors
 /// share one shape becomes one tensor; with `pad`, lists are zero-padded and every column of
-/// arrays of one or more dimensions gets its `<name>_mask`, unless the source gave one (it
-/// padded the column itself) or the column is such a mask.
+/// arrays of one or more dimensions gets its `<name>_mask`, unless the source padded its
+/// columns itself (it gave a `<name>_mask` beside a `<name>`).
 pub(crate) fn settle(
     columns: Vec<(String, Column)>,
     pool: &BufferPool,
     pad: bool,
 ) -> Vec<(String, Column)> {
-    let masked: std::collections::HashSet<String> = columns
-        .iter()
-        .filter_map(|(n, _)| n.strip_suffix("_mask"))
-        .filter(|stem| columns.iter().any(|(n, _)| n == stem))
-        .flat_map(|stem| [stem.to_string(), format!("{stem}_mask")])
-        .collect();
+    let padded = columns.iter().any(|(n, _)| {
+        n.strip_suffix("_mask")
+            .is_some_and(|stem| columns.iter().any(|(m, _)| m == stem))
+    });
+    let pad = pad && !padded;
     let mut out = Vec::with_capacity(columns.len());
     for (name, column) in columns {
-        if masked.contains(&name) {
-            out.push((name, column));
-            continue;
-        }
         match column {
             Column::List(ts) if pad && !ts.is_empty() => {
                 let arrays: Vec<Array> = ts
