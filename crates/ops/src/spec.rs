@@ -38,6 +38,11 @@
 //! | `json` | JSON bytes: a number, a list of numbers or a string | scalar, 1-D array or text |
 //! | `tokenize` (`tokenizer`: a `tokenizer.json`; `add_special_tokens` = true; `bos`, `eos`: an id or a token; `max_length`; `prompt`, `labels`: see [`Op::Tokenize`]) | UTF-8 text or bytes | `int64 [n]` token ids, as Hugging Face's `tokenizers` gives them (feature `tokenizers`); with `prompt`, the prompt's ids then this field's, and `labels` with the prompt's as -100 |
 //!
+//! Output sizes are at most 65,535 a side and 178,956,970 pixels (PIL's bomb limit): a spec
+//! asking for more is refused when built, and a `resize` of the shorter side that would give
+//! more (an image of an extreme aspect ratio, without `max_size`) fails its sample before
+//! anything is allocated.
+//!
 //! Randomness (`random_resized_crop`, `horizontal_flip`) comes only from the sample's RNG, so
 //! crops and flips depend on (seed, epoch, sample), never on the worker. When `decode` is
 //! followed by `random_resized_crop` or `resize`, the crop is drawn from the image's header
@@ -497,11 +502,22 @@ fn yes() -> bool {
     true
 }
 
+/// The largest side an op's output may have (JPEG's largest).
+pub(crate) const MAX_SIDE: usize = 65_535;
+
+/// The most pixels an op's output may have (PIL's decompression-bomb limit, as `decode`'s
+/// `max_pixels` default).
+pub(crate) const MAX_OUT_PIXELS: usize = 178_956_970;
+
 fn check_params(op: &Op) -> Result<(), String> {
     let positive = |s: Size| {
         let (h, w) = s.square();
         if h == 0 || w == 0 {
             Err("a size of 0".to_string())
+        } else if h > MAX_SIDE || w > MAX_SIDE || h * w > MAX_OUT_PIXELS {
+            Err(format!(
+                "a size of {h} x {w}: at most {MAX_SIDE} a side and {MAX_OUT_PIXELS} pixels"
+            ))
         } else {
             Ok(())
         }
@@ -509,6 +525,11 @@ fn check_params(op: &Op) -> Result<(), String> {
     match op {
         Op::Resize { size, max_size } => {
             positive(*size)?;
+            if let Some(m) = max_size
+                && *m > MAX_SIDE
+            {
+                return Err(format!("max_size {m}: at most {MAX_SIDE}"));
+            }
             if let (Size::One(n), Some(m)) = (size, max_size)
                 && m <= n
             {
@@ -1025,6 +1046,47 @@ pub(crate) mod tests {
                 panic!()
             };
             assert_eq!(a.shape[2], 3, "{spec}");
+        }
+    }
+
+    #[test]
+    fn output_sizes_are_bounded_before_anything_is_allocated() {
+        // A spec's size (found by the op_specs fuzz target: an overflow, then 10^18 bytes).
+        let e = Pipeline::from_json(
+            r#"{"jpg": [{"op": "decode"}, {"op": "resize", "size": [48, 555555555555555552]}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("at most 65535 a side"), "{e}");
+        assert!(
+            Pipeline::from_json(
+                r#"{"jpg": [{"op": "decode"}, {"op": "center_crop", "size": 20000}]}"#
+            )
+            .is_err()
+        );
+        // A 1 x 60000 image whose shorter side is resized to 4096: 245 G pixels, refused.
+        let (h, w) = (1u32, 60_000u32);
+        let mut data = Vec::new();
+        {
+            let mut enc = png::Encoder::new(&mut data, w, h);
+            enc.set_color(png::ColorType::Grayscale);
+            enc.set_depth(png::BitDepth::Eight);
+            let mut writer = enc.write_header().unwrap();
+            writer
+                .write_image_data(&vec![9u8; (h * w) as usize])
+                .unwrap();
+        }
+        for spec in [
+            r#"{"img": [{"op": "decode"}, {"op": "resize", "size": 4096}]}"#,
+            r#"{"img": [{"op": "decode"}, {"op": "horizontal_flip"}, {"op": "resize", "size": 4096}]}"#,
+        ] {
+            let p = Pipeline::from_json(spec).unwrap();
+            let mut s = Sample::new(0).with("img", Field::Bytes(data.clone().into()));
+            let e = p
+                .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("give resize a max_size"), "{spec}: {e}");
         }
     }
 

@@ -391,7 +391,7 @@ impl Step {
                             height: h,
                             width: w,
                         };
-                        (whole, resize_to(size, max_size, h, w))
+                        (whole, resize_to(size, max_size, h, w)?)
                     }
                 };
                 decode_crop_resize(&b, *mode, (h, w), crop, out, slot.filter(|_| *to_slot))?
@@ -404,7 +404,7 @@ impl Step {
                 },
                 Value::Image(img),
             ) => {
-                let out = resize_to(*size, *max_size, img.height, img.width);
+                let out = resize_to(*size, *max_size, img.height, img.width)?;
                 resized(&img, None, out, slot.filter(|_| *to_slot))?
             }
             (Step::CenterCrop { size, to_slot }, Value::Image(img)) => {
@@ -579,11 +579,36 @@ impl Step {
     }
 }
 
-/// The output size of `resize` for an `h` x `w` image.
-fn resize_to(size: Size, max_size: Option<usize>, h: usize, w: usize) -> (usize, usize) {
-    match size {
+/// The output size of `resize` for an `h` x `w` image, refused when too large ([`bounded`]).
+fn resize_to(
+    size: Size,
+    max_size: Option<usize>,
+    h: usize,
+    w: usize,
+) -> Result<(usize, usize), OpError> {
+    let out = match size {
         Size::One(n) => image::resize_shorter(h, w, n, max_size),
         Size::Two([h, w]) => (h, w),
+    };
+    bounded(out, (h, w))
+}
+
+/// Refuses a resize to more than [`super::MAX_OUT_PIXELS`] pixels (an image of an extreme
+/// aspect ratio, its shorter side resized without `max_size`) before anything is allocated.
+fn bounded((oh, ow): (usize, usize), (h, w): (usize, usize)) -> Result<(usize, usize), OpError> {
+    match oh.checked_mul(ow) {
+        Some(n) if n <= super::MAX_OUT_PIXELS && oh <= super::MAX_SIDE && ow <= super::MAX_SIDE => {
+            Ok((oh, ow))
+        }
+        _ => Err(OpError::wrong_input(
+            "resize",
+            format!(
+                "a {h} x {w} image would be resized to {oh} x {ow}, more than {} pixels or {} a \
+                 side; give resize a max_size",
+                super::MAX_OUT_PIXELS,
+                super::MAX_SIDE
+            ),
+        )),
     }
 }
 
