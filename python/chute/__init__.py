@@ -21,8 +21,10 @@ folders, a ``manifest.json``) and, with the format fixed, ``tokens``, ``webdatas
 Polars frame in memory; every format may be read from URLs: ``s3://``, ``gs://``,
 ``az://``, ``http(s)://``); a Hugging Face ``datasets.Dataset`` passed to ``Loader`` is read
 natively from its Arrow table; ``mix`` (weighted mixtures of any of these, with exact
-proportions per batch and weight schedules); ``set_remote_options`` and ``io_stats`` for those; ``Source``,
-``Tensor`` and the exceptions
+proportions per batch and weight schedules); ``set_remote_options`` and ``io_stats`` for those;
+``doctor`` (which stage binds, and how many workers keep a step fed; returns a ``Diagnosis``)
+and ``serve_metrics`` (every loader's figures for Prometheus); ``Source``, ``Tensor`` and the
+exceptions
 ``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``.
 """
 
@@ -41,13 +43,14 @@ from ._chute import (
     webdataset,
 )
 from ._errors import ChuteError, ConfigError, CorruptDataError, StateError
-from ._loader import Loader
+from ._loader import Diagnosis, Loader, doctor, serve_metrics
 from ._mix import mix
 
 __all__ = [
     "ChuteError",
     "ConfigError",
     "CorruptDataError",
+    "Diagnosis",
     "Loader",
     "MegatronWriter",
     "Source",
@@ -56,9 +59,11 @@ __all__ = [
     "__version__",
     "arrow",
     "dataset",
+    "doctor",
     "io_stats",
     "mix",
     "parquet",
+    "serve_metrics",
     "set_remote_options",
     "tfrecord",
     "tokens",

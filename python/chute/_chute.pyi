@@ -17,6 +17,7 @@ __all__ = [
     "map_dataset",
     "mix",
     "parquet",
+    "serve_metrics",
     "set_remote_options",
     "shutdown",
     "tfrecord",
@@ -276,6 +277,8 @@ class Loader:
         output: Optional[Callable[[Tensor], Any]] = None,
         pad: bool = False,
         timeout: float = 0.0,
+        name: Optional[str] = None,
+        stats_window: float = 10.0,
     ) -> "Loader": ...
     def __iter__(self) -> Iterator[Dict[str, Any]]: ...
     def __next__(self) -> Dict[str, Any]: ...
@@ -286,6 +289,14 @@ class Loader:
     def state_dict(self) -> Dict[str, Any]: ...
     def load_state_dict(self, state: Any) -> None: ...
     def stats(self) -> Dict[str, Any]: ...
+    def doctor(
+        self,
+        *,
+        step_ms: Optional[float] = None,
+        target_samples_per_s: Optional[float] = None,
+        seconds: float = 1.5,
+        try_workers: Optional[List[int]] = None,
+    ) -> str: ...
     @property
     def pinned(self) -> bool: ...
     @property
@@ -295,6 +306,9 @@ class Loader:
     @property
     def closed(self) -> bool: ...
     def release(self) -> None: ...
+
+def serve_metrics(port: int = 0, address: str = "127.0.0.1") -> int:
+    """Serves every live loader's metrics for Prometheus; returns the port."""
 
 def shutdown() -> None:
     """Stops transforms from calling into Python (the package's atexit hook)."""

@@ -22,7 +22,7 @@ from typing import (
 
 import numpy
 
-from . import _chute
+from . import _chute, _progress
 from ._errors import ConfigError
 from ._iterable import IterableEngine as _IterableEngine
 
@@ -114,6 +114,16 @@ class Loader:
       (``jax.numpy.from_dlpack``) or ``"dlpack"`` (the ``chute.Tensor`` objects, which
       implement ``__dlpack__`` and ``__array_interface__``). All are zero-copy.
 
+    Watching it (see the README's "Is my GPU waiting?"):
+
+    - ``progress``: a progress bar per epoch with throughput and the fraction of time the
+      step waited, over the last ``stats_window`` seconds (tqdm when installed, a plain line
+      on stderr otherwise); ``len(loader)`` stays the batch count for your own bars.
+    - ``metrics_port`` / ``metrics_address``: serve every loader's metrics for Prometheus at
+      ``http://ADDRESS:PORT/metrics`` (``chute.serve_metrics``; 0 picks a free port);
+      ``name`` labels this loader's series (``loader="train"``), beside its ``rank``.
+    - ``stats_window``: the seconds ``stats()["window"]`` covers (default 10).
+
     DataLoader's other arguments: ``timeout`` (seconds ``next()`` waits for a batch when
     ``num_workers >= 1``, then ``TimeoutError``), ``worker_init_fn(worker_id)`` (Python
     datasets: called on each worker thread before its first sample, each epoch),
@@ -161,8 +171,14 @@ class Loader:
         sampler: Any = None,
         batch_sampler: Any = None,
         multiprocessing_context: Any = None,
+        progress: bool = False,
+        metrics_port: Optional[int] = None,
+        metrics_address: str = "127.0.0.1",
+        name: Optional[str] = None,
+        stats_window: float = 10.0,
     ) -> None:
         _refuse_dataloader_only(sampler, batch_sampler, multiprocessing_context)
+        self.progress = bool(progress)
         stream_shuffle = shuffle  # an iterable dataset's (a buffer), before it is normalized
         del persistent_workers, in_order  # threads persist; chute is always in order
         if seed is None:
@@ -308,7 +324,11 @@ class Loader:
             output=_converter(engine_output),
             pad=pad,
             timeout=timeout,
+            name=name,
+            stats_window=stats_window,
         )
+        if metrics_port is not None:
+            _chute.serve_metrics(metrics_port, metrics_address)
         self._inner = inner
         self.output = output
         _live.add(inner)
@@ -319,6 +339,12 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch (from its start, unless resumed mid-epoch)."""
+        batches = self._batches()
+        if self.progress:
+            return _progress.bar(batches, len(self), self.epoch, self.stats)
+        return batches
+
+    def _batches(self) -> Iterator[Any]:
         if self._iterable:
             return iter(self._inner)
         if self._collate_fn:
@@ -378,10 +404,51 @@ class Loader:
     # Figures and settings ------------------------------------------------------------------
 
     def stats(self) -> Dict[str, Any]:
-        """The engine's figures since the loader was built: samples, batches, bytes, errors,
-        skipped samples, ``wait_secs``/``wait_fraction`` (time the consumer was blocked in
-        ``next()``) and per-stage busy time (``read``, ``transform``, ``collate``)."""
+        """The engine's figures (the names of Rust's ``Loader::stats()``), cheap enough to call
+        every step:
+
+        - since the loader was built: ``samples``, ``batches``, ``bytes``, ``errors``,
+          ``skipped`` (with ``skipped_recent``), ``samples_per_sec``, ``wait_secs`` /
+          ``wait_fraction`` (time the consumer was blocked in ``next()``: how long a GPU
+          would have waited), per-stage busy time and items (``read``, ``transform``,
+          ``collate``), ``remote`` (the process's remote reads: ``bytes_fetched``,
+          ``requests``, ``retries``, ``cache_hits``, ``shards_fetched``, ``failures``);
+        - ``window``: the same over the last ``window_secs`` seconds (``stats_window=``),
+          with ``samples_per_sec``, ``wait_fraction`` and ``remote_bytes_per_sec``;
+          ``current_epoch`` and ``last_epoch`` (``None`` before the second epoch) likewise,
+          ``epoch`` the epoch being read;
+        - ``queue``: ``ready`` (batches waiting for the consumer), ``in_flight`` (being built),
+          ``capacity``, ``workers``;
+        - ``wait_histogram``: ``buckets`` of ``[upper bound in seconds, batches]``
+          (cumulative), ``count``, ``sum``;
+        - ``source``: the source's own figures (a mixture's samples per component against its
+          target), when it has any.
+        """
         return self._inner.stats()
+
+    def doctor(
+        self,
+        *,
+        step_ms: Optional[float] = None,
+        target_samples_per_s: Optional[float] = None,
+        seconds: float = 1.5,
+        try_workers: Optional[Sequence[int]] = None,
+    ) -> "Diagnosis":
+        """Runs ``chute.doctor`` on this loader's dataset, transforms and options (the loader
+        itself is not advanced); see ``chute.doctor``."""
+        if self._iterable:
+            raise ConfigError(
+                "invalid doctor: an iterable dataset is read by its own __iter__, outside "
+                "chute's stages; the doctor needs a map-style dataset or a chute source"
+            )
+        inner = cast(_chute.Loader, self._inner)
+        text = inner.doctor(
+            step_ms=step_ms,
+            target_samples_per_s=target_samples_per_s,
+            seconds=seconds,
+            try_workers=list(try_workers) if try_workers is not None else None,
+        )
+        return Diagnosis(json.loads(text))
 
     @property
     def pinned(self) -> bool:
@@ -756,6 +823,62 @@ def _torch_dataset_class() -> type:
 
     LoaderDataset.__module__ = "chute"
     return LoaderDataset
+
+
+class Diagnosis(Dict[str, Any]):
+    """What ``chute.doctor`` found, as a dict (the fields of Rust's ``Diagnosis``:
+    ``stages``, ``trials``, ``bottleneck``, ``recommended_workers``, ``recommended_prefetch``,
+    ``predicted_wait_fraction``, ``advice`` (``[{"rule": ..., "message": ...}]``)...);
+    ``str()`` gives the report in plain words (``text``)."""
+
+    def __str__(self) -> str:
+        return str(self.get("text", ""))
+
+    @property
+    def rules(self) -> List[str]:
+        """The names of the rules that gave advice."""
+        return [a["rule"] for a in self.get("advice", [])]
+
+
+def doctor(
+    source: Any,
+    *,
+    step_ms: Optional[float] = None,
+    target_samples_per_s: Optional[float] = None,
+    seconds: float = 1.5,
+    try_workers: Optional[Sequence[int]] = None,
+    **loader_args: Any,
+) -> Diagnosis:
+    """Runs the pipeline briefly on ``source`` (what ``chute.Loader`` takes, with the same
+    keyword arguments: ``batch_size``, ``num_workers``, ``transforms``...) and says where the
+    time goes: each stage alone on one thread (``read``, ``transform``, ``collate``, and
+    ``consumer``: the hand-over of each batch to Python), the whole loader with a few worker
+    counts (``try_workers``, default 1, 2, 4... up to twice the cores), which stage binds,
+    the workers and prefetch depth that keep a ``step_ms`` training step (or
+    ``target_samples_per_s``) fed, the wait it predicts, and advice where a known cause
+    applies (rules ``workers``, ``prefetch``, ``no-scaling``, ``consumer``, ``not-indexed``,
+    ``page-cache``, ``remote-read-ahead``, ``streaming-shuffle``, ``reduced-decode``).
+    Each measurement runs ``seconds``. ``print(chute.doctor(...))`` shows the report."""
+    loader = Loader(source, **loader_args)
+    try:
+        return loader.doctor(
+            step_ms=step_ms,
+            target_samples_per_s=target_samples_per_s,
+            seconds=seconds,
+            try_workers=try_workers,
+        )
+    finally:
+        loader.close()
+
+
+def serve_metrics(port: int = 0, address: str = "127.0.0.1") -> int:
+    """Serves every live loader's metrics for Prometheus at ``http://ADDRESS:PORT/metrics``
+    (text exposition format) on a background thread for the rest of the process, and returns
+    the port (chosen by the system when ``port`` is 0). Series are labelled with each loader's
+    ``rank`` and ``name`` (``loader``), so one dashboard shows every rank: see the README's
+    "Is my GPU waiting?". Bound to this machine only unless ``address`` says otherwise
+    (``"0.0.0.0"`` for every interface)."""
+    return _chute.serve_metrics(port, address)
 
 
 def _at_exit() -> None:

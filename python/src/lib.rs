@@ -42,7 +42,7 @@ mod _chute {
     #[pymodule_export]
     use crate::loader::Loader;
     #[pymodule_export]
-    use crate::loader::shutdown;
+    use crate::loader::{serve_metrics, shutdown};
     #[pymodule_export]
     use crate::megatron::MegatronWriter;
     #[pymodule_export]

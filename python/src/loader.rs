@@ -45,6 +45,8 @@ pub(crate) struct Loader {
     interrupt: Arc<Interrupt>,
     /// DataLoader's `timeout`: the longest `next()` waits for a batch (`None`: for ever).
     timeout: Option<Duration>,
+    /// The first native op spec among the transforms, for the doctor's decode rule.
+    ops: Option<chute::ops::Pipeline>,
 }
 
 /// A non-negative integer option, or `chute.ConfigError` naming it.
@@ -144,7 +146,7 @@ impl Loader {
     #[pyo3(signature = (source, *, batch_size=1, shuffle="none", seed=0, num_workers=0,
                         prefetch=2, drop_last=false, pin_memory=false, rank=0, world_size=1,
                         epoch=0, transforms=None, on_error="raise", output=None, pad=false,
-                        timeout=0.0))]
+                        timeout=0.0, name=None, stats_window=10.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -164,7 +166,15 @@ impl Loader {
         output: Option<Py<PyAny>>,
         pad: bool,
         timeout: f64,
+        name: Option<String>,
+        stats_window: f64,
     ) -> PyResult<Self> {
+        if !(stats_window > 0.0 && stats_window.is_finite()) {
+            return Err(errors::from_config(chute::ConfigError::new(
+                "stats_window",
+                format!("{stats_window} seconds; it must be more than 0 (the default is 10)"),
+            )));
+        }
         if !(timeout >= 0.0 && timeout.is_finite()) {
             return Err(errors::from_config(chute::ConfigError::new(
                 "timeout",
@@ -197,9 +207,16 @@ impl Loader {
             .epoch(count("epoch", epoch)?)
             .pin_memory(pin_memory)
             .on_error(on_error)
-            .pad(pad);
+            .pad(pad)
+            .stats_window(Duration::from_secs_f64(stats_window))
+            .name(name.unwrap_or_default());
+        let transforms = transforms.unwrap_or_default();
+        let ops = transforms
+            .iter()
+            .find_map(|t| t.extract::<String>().ok())
+            .and_then(|spec| chute::ops::Pipeline::from_json(&spec).ok());
         // Each transform is a JSON op spec (str: native ops, no GIL) or (callable, takes_rng).
-        if let Some(t) = crate::transform::build(transforms.unwrap_or_default(), &interrupt)? {
+        if let Some(t) = crate::transform::build(transforms, &interrupt)? {
             builder = builder.transform_arc(t);
         }
         // Building may load the CUDA runtime (pin_memory): not under the GIL.
@@ -210,6 +227,7 @@ impl Loader {
             output,
             interrupt,
             timeout,
+            ops,
         })
     }
 
@@ -307,6 +325,70 @@ impl Loader {
         py.import("json")?.call_method1("loads", (json,))
     }
 
+    /// Runs the doctor on this loader's source, transforms and options (the loader itself is
+    /// not advanced): each stage alone, the whole with a few worker counts, each batch handed
+    /// to Python as `__next__` hands it. Returns the diagnosis as JSON text, with the report in
+    /// plain words under `text`.
+    #[pyo3(signature = (*, step_ms=None, target_samples_per_s=None, seconds=1.5, try_workers=None))]
+    fn doctor(
+        &mut self,
+        py: Python<'_>,
+        step_ms: Option<f64>,
+        target_samples_per_s: Option<f64>,
+        seconds: f64,
+        try_workers: Option<Vec<usize>>,
+    ) -> PyResult<String> {
+        let positive = |name: &str, v: f64| {
+            if v > 0.0 && v.is_finite() {
+                Ok(v)
+            } else {
+                Err(errors::from_config(chute::ConfigError::new(
+                    name,
+                    format!("{v}; it must be more than 0"),
+                )))
+            }
+        };
+        let options = chute::doctor::DoctorOptions {
+            trial: Duration::from_secs_f64(positive("seconds", seconds)?),
+            step: step_ms
+                .map(|ms| positive("step_ms", ms).map(|ms| Duration::from_secs_f64(ms / 1e3)))
+                .transpose()?,
+            target_samples_per_sec: target_samples_per_s
+                .map(|r| positive("target_samples_per_s", r))
+                .transpose()?,
+            workers: try_workers.unwrap_or_default(),
+        };
+        let output = self.output.as_ref().map(|o| o.clone_ref(py));
+        let ops = self.ops.clone();
+        let loader = self.loader()?;
+        let mut failed: Option<PyErr> = None;
+        let mut crossing = |batch: Batch| {
+            Python::attach(|py| {
+                if let Err(e) = columns_to_dict(py, batch.columns, output.as_ref())
+                    && failed.is_none()
+                {
+                    failed = Some(e);
+                }
+            })
+        };
+        let context = chute::doctor::Context {
+            ops: ops.as_ref(),
+            opened_in: None,
+        };
+        let d = py
+            .detach(|| chute::doctor::diagnose(loader, &options, context, Some(&mut crossing)))
+            .map_err(errors::to_py)?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        if let Some(e) = self.interrupt.take() {
+            return Err(e);
+        }
+        let mut json = serde_json::to_value(&d).map_err(|e| errors::chute_error(e.to_string()))?;
+        json["text"] = d.to_text().into();
+        Ok(json.to_string())
+    }
+
     /// True when batch buffers are page-locked.
     #[getter]
     fn pinned(&mut self) -> PyResult<bool> {
@@ -377,4 +459,20 @@ impl Drop for Loader {
 #[pyfunction]
 pub(crate) fn shutdown() {
     SHUTTING_DOWN.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Serves every live loader's metrics for Prometheus at `http://ADDRESS:PORT/metrics` on a
+/// background thread for the rest of the process; returns the port (chosen when 0).
+#[pyfunction]
+#[pyo3(signature = (port=0, address="127.0.0.1"))]
+pub(crate) fn serve_metrics(port: u16, address: &str) -> PyResult<u16> {
+    let ip: std::net::IpAddr = address.parse().map_err(|_| {
+        errors::from_config(chute::ConfigError::new(
+            "address",
+            format!("{address:?} is not an IP address (use 127.0.0.1, 0.0.0.0, ::1...)"),
+        ))
+    })?;
+    chute::pipeline::metrics::serve(std::net::SocketAddr::new(ip, port))
+        .map(|s| s.addr().port())
+        .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))
 }

@@ -1,6 +1,8 @@
 //! Engine benchmarks, each measured side by side with its reference in one run:
 //!
 //! - `overhead`: trivial samples end to end with 2 workers (engine cost per sample);
+//! - `stats`: `Loader::stats()` (cheap enough to call every step?) and the Prometheus
+//!   exposition of one loader, beside one delivered batch of `overhead` (256 samples);
 //! - `tokens`: token batches (seq_len 1024, batch 16, global shuffle, int64 out) from a
 //!   memory-mapped file in page cache, against single-thread memcpy of the same bytes.
 //!
@@ -73,6 +75,37 @@ fn overhead(c: &mut Criterion) {
             },
         );
     }
+    g.finish();
+}
+
+fn stats(c: &mut Criterion) {
+    const N: u64 = 1 << 30;
+    let manifest = Manifest::new(
+        "trivial",
+        vec![ShardInfo {
+            path: "t".into(),
+            samples: N,
+            bytes: 8 * N,
+        }],
+    );
+    let mut loader = Loader::builder(Trivial(manifest))
+        .batch_size(256)
+        .num_workers(2)
+        .prefetch(4)
+        .name("bench")
+        .build()
+        .unwrap();
+    for b in (&mut loader).take(1000) {
+        b.unwrap();
+    }
+    let mut g = c.benchmark_group("stats");
+    g.bench_function("loader_stats", |b| b.iter(|| black_box(loader.stats())));
+    g.bench_function("next_batch_of_256", |b| {
+        b.iter(|| black_box(loader.next().unwrap().unwrap().len()))
+    });
+    g.bench_function("metrics_render_one_loader", |b| {
+        b.iter(|| black_box(chute::pipeline::metrics::render().len()))
+    });
     g.finish();
 }
 
@@ -160,5 +193,5 @@ fn tokens(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, overhead, tokens);
+criterion_group!(benches, overhead, stats, tokens);
 criterion_main!(benches);

@@ -61,6 +61,7 @@ pub use chute_io as io;
 pub use chute_ops as ops;
 pub use chute_pipeline as pipeline;
 
+pub mod doctor;
 pub mod text;
 
 pub use chute_core::Transform;

@@ -111,6 +111,7 @@ impl LoaderArgs {
             pin_memory: self.pin_memory,
             on_error: self.on_error,
             pad: self.pad,
+            ..LoaderOptions::default()
         });
         let loader = match &self.transform {
             Some(t) => loader.transform(t.clone()),
@@ -151,6 +152,62 @@ pub(crate) struct RunArgs {
     /// Hide the progress bar.
     #[arg(long)]
     pub(crate) quiet: bool,
+    /// Serve the loader's metrics for Prometheus at http://ADDRESS:PORT/metrics during the
+    /// run (0: any free port, printed).
+    #[arg(long, value_name = "PORT")]
+    pub(crate) metrics_port: Option<u16>,
+    /// The address the metrics endpoint binds to (default: this machine only).
+    #[arg(long, default_value = "127.0.0.1", value_name = "ADDRESS")]
+    pub(crate) metrics_address: std::net::IpAddr,
+    /// Keep serving metrics this many seconds after the run, so a scraper sees the final
+    /// figures.
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    pub(crate) metrics_hold: f64,
+    /// Write charts of the run (throughput, wait, stage busy time, queue depth over time)
+    /// to FILE: a PNG, or a self-contained page when the name ends in .html.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) plot: Option<PathBuf>,
+}
+
+/// How often `--plot` records a point.
+const PLOT_INTERVAL: Duration = Duration::from_millis(200);
+
+/// One point of a run's time series for `--plot`: figures over the interval that ended at
+/// `t`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Point {
+    /// Seconds since the run started.
+    pub(crate) t: f64,
+    pub(crate) samples_per_sec: f64,
+    /// The fraction of the interval the consumer waited.
+    pub(crate) wait_fraction: f64,
+    /// Busy time of read, transform and collate as a fraction of the workers' time.
+    pub(crate) busy: [f64; 3],
+    /// Batches ready and in flight at `t`, and the queue's capacity.
+    pub(crate) ready: f64,
+    pub(crate) in_flight: f64,
+    pub(crate) capacity: f64,
+}
+
+impl Point {
+    /// The interval from `a` to `b`, `t` seconds into the run.
+    fn between(t: f64, a: &StatsSnapshot, b: &StatsSnapshot, workers: usize) -> Point {
+        let dt = (b.elapsed_secs - a.elapsed_secs).max(1e-9);
+        let busy = |x: f64, y: f64| ((y - x) / (dt * workers.max(1) as f64)).clamp(0.0, 1.0);
+        Point {
+            t,
+            samples_per_sec: (b.samples - a.samples) as f64 / dt,
+            wait_fraction: ((b.wait_secs - a.wait_secs) / dt).clamp(0.0, 1.0),
+            busy: [
+                busy(a.read.busy_secs, b.read.busy_secs),
+                busy(a.transform.busy_secs, b.transform.busy_secs),
+                busy(a.collate.busy_secs, b.collate.busy_secs),
+            ],
+            ready: b.queue.ready as f64,
+            in_flight: b.queue.in_flight as f64,
+            capacity: b.queue.capacity as f64,
+        }
+    }
 }
 
 /// `chute bench` arguments.
@@ -191,6 +248,9 @@ pub(crate) struct Summary {
     /// fetched.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) remote: Option<RemoteSummary>,
+    /// `--plot`'s time series.
+    #[serde(skip)]
+    pub(crate) points: Vec<Point>,
 }
 
 /// What remote shards cost: [`chute::io::IoSnapshot`] as the summary shows it.
@@ -225,10 +285,45 @@ fn rss_anon() -> Option<u64> {
 }
 
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(p) = &args.run.plot {
+        crate::plot::check_name(p)?;
+    }
     let source = args.dataset.open()?;
     let mut loader = args.loader.build(source)?;
     let summary = run_loop(&mut loader, &args.run)?;
     print_summary(&summary, &args.run);
+    finish(&summary, &args.run, "chute bench")
+}
+
+/// Starts `--metrics-port`'s endpoint, if asked for.
+fn serve_metrics(run: &RunArgs) -> anyhow::Result<()> {
+    if let Some(port) = run.metrics_port {
+        let server =
+            chute::pipeline::metrics::serve(std::net::SocketAddr::new(run.metrics_address, port))?;
+        eprintln!("serving metrics at http://{}/metrics", server.addr());
+    }
+    Ok(())
+}
+
+/// After a run: `--plot` and `--metrics-hold`.
+pub(crate) fn finish(summary: &Summary, run: &RunArgs, title: &str) -> anyhow::Result<()> {
+    if let Some(path) = &run.plot {
+        let text = format!(
+            "{} samples in {:.2} s: {:.0} samples/s, waited {:.1}% of the time, {} workers",
+            summary.samples,
+            summary.elapsed_secs,
+            summary.samples_per_sec,
+            summary.wait_fraction * 100.0,
+            summary.workers
+        );
+        crate::plot::bench(path, title, &summary.points, &text)?;
+        if !run.json {
+            println!("wrote {}", path.display());
+        }
+    }
+    if run.metrics_port.is_some() && run.metrics_hold > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(run.metrics_hold));
+    }
     Ok(())
 }
 
@@ -283,8 +378,12 @@ pub(crate) fn run_loop(loader: &mut Loader, run: &RunArgs) -> anyhow::Result<Sum
         bar
     };
 
+    serve_metrics(run)?;
     let before = loader.stats();
     let t0 = Instant::now();
+    let workers = loader.options().num_workers;
+    let mut points = Vec::new();
+    let mut last_point = (t0, before.clone());
     let (mut batches, mut samples, mut epochs_completed) = (0u64, 0u64, 0u64);
     let mut saved_state = None;
     let mut peak_rss = rss_anon();
@@ -314,6 +413,12 @@ pub(crate) fn run_loop(loader: &mut Loader, run: &RunArgs) -> anyhow::Result<Sum
                 std::thread::sleep(step);
             }
             bar.inc(1);
+            if run.plot.is_some() && last_point.0.elapsed() >= PLOT_INTERVAL {
+                let now = loader.stats();
+                let t = t0.elapsed().as_secs_f64();
+                points.push(Point::between(t, &last_point.1, &now, workers));
+                last_point = (Instant::now(), now);
+            }
             if let Some((n, path)) = &save_at
                 && batches == *n
             {
@@ -354,6 +459,7 @@ pub(crate) fn run_loop(loader: &mut Loader, run: &RunArgs) -> anyhow::Result<Sum
         peak_rss_anon_mb: peak_rss.max(rss_anon()).map(|b| b as f64 / 1e6),
         stages: stats,
         remote: remote_summary(),
+        points,
     })
 }
 

@@ -149,6 +149,10 @@ fn train(loader: &mut chute::Loader, args: &DemoArgs) -> anyhow::Result<Summary>
         save_state_at: None,
         resume: None,
         quiet: false,
+        metrics_port: None,
+        metrics_address: std::net::Ipv4Addr::LOCALHOST.into(),
+        metrics_hold: 0.0,
+        plot: None,
     };
     let summary = run_loop(loader, &run)?;
     print_summary(&summary, &run);

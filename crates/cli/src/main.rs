@@ -1,11 +1,40 @@
-//! The `chute` command: `demo`, `bench`, `tokens`, `convert`, `index`, `inspect`, `verify`, `cat`.
+//! The `chute` command: `demo`, `bench`, `doctor`, `tokens`, `convert`, `index`, `inspect`, `verify`, `cat`.
 
 mod bench;
 mod convert;
 mod dataset;
 mod demo;
+mod doctor;
 mod index;
 mod inspect;
+#[cfg(feature = "plot")]
+mod plot;
+#[cfg(not(feature = "plot"))]
+mod plot {
+    //! Without the `plot` feature, `--plot` says how to get it.
+    use std::path::Path;
+
+    fn missing() -> anyhow::Result<()> {
+        anyhow::bail!("--plot: this chute was built without its `plot` feature (on by default)")
+    }
+
+    pub(crate) fn bench(
+        _: &Path,
+        _: &str,
+        _: &[crate::bench::Point],
+        _: &str,
+    ) -> anyhow::Result<()> {
+        missing()
+    }
+
+    pub(crate) fn doctor(_: &Path, _: &chute::doctor::Diagnosis) -> anyhow::Result<()> {
+        missing()
+    }
+
+    pub(crate) fn check_name(_: &Path) -> anyhow::Result<()> {
+        missing()
+    }
+}
 mod tokenize;
 mod tokens;
 
@@ -30,6 +59,9 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the loader over a dataset and report throughput, wait time and per-stage figures.
     Bench(Box<bench::BenchArgs>),
+    /// Run the pipeline briefly on a dataset and say which stage binds (read, transform,
+    /// collate), how many workers keep a given step fed, and what else to change.
+    Doctor(Box<doctor::DoctorArgs>),
     /// Write a token file (flat little-endian uint16/uint32 ids) from text or .npy.
     Tokens(tokens::TokensArgs),
     /// Tokenize text (JSON Lines, Parquet, Arrow, text files) with a tokenizer.json into a
@@ -55,6 +87,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(*a),
+        Command::Doctor(a) => doctor::run(*a),
         Command::Tokens(a) => tokens::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Convert(a) => convert::run(a),

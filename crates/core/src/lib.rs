@@ -16,6 +16,8 @@
 //! - [`alloc::CachingAlloc`]: the global allocator of the binary and the Python extension,
 //!   keeping freed large blocks (decoded columns, images) for reuse.
 //! - [`TextEncoder`]: text to token ids, handed to sources that tokenize text when opened.
+//! - [`iostats`]: counters of remote reads (the process's and a shard set's), which chute-io
+//!   adds to and the engine's statistics report.
 //! - [`npy`]: numpy's `.npy` header parser and writer, shared by the formats and the ops.
 //!
 //! ```
@@ -40,6 +42,7 @@ mod buffer;
 mod dtype;
 mod encode;
 mod error;
+pub mod iostats;
 mod manifest;
 pub mod mixture;
 pub mod npy;

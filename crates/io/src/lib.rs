@@ -51,15 +51,14 @@ mod options;
 #[cfg(feature = "remote")]
 mod remote;
 mod shards;
-mod stats;
 
 pub use atomic::{AtomicFile, TEMP_SUFFIX, write_atomically};
 pub use cache::DiskCache;
+pub use chute_core::iostats::{IoSnapshot, IoStats, io_stats};
 pub use local::{LocalFile, MappedFile};
 pub use location::{Location, SCHEMES};
 pub use options::{RemoteOptions, parse_size, remote_options, set_remote_options};
 pub use shards::ShardSet;
-pub use stats::{IoSnapshot, IoStats, io_stats};
 
 /// The error for a URL in a build without the `remote` feature.
 #[cfg(not(feature = "remote"))]

@@ -121,6 +121,38 @@ impl MappedFile {
         (range.start <= range.end && range.end <= self.len()).then(|| self.all.slice(range))
     }
 
+    /// Bytes of the file the page cache holds now (`mincore(2)`): reading the rest touches
+    /// the disk. `None` where the platform cannot tell.
+    pub fn resident_bytes(&self) -> Option<u64> {
+        #[cfg(unix)]
+        {
+            let map = self.map.as_ref()?;
+            // SAFETY: sysconf has no preconditions.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+                .ok()
+                .filter(|&p| p > 0)?;
+            let mut pages = vec![0u8; map.len().div_ceil(page)];
+            // SAFETY: the map is `map.len()` bytes from a page-aligned address, and `pages` has
+            // one byte per page of it, as mincore(2) requires.
+            let rc = unsafe {
+                libc::mincore(
+                    map.as_ptr() as *mut libc::c_void,
+                    map.len(),
+                    pages.as_mut_ptr().cast(),
+                )
+            };
+            if rc != 0 {
+                return None;
+            }
+            let resident = pages.iter().filter(|&&p| p & 1 == 1).count();
+            Some(((resident * page) as u64).min(map.len() as u64))
+        }
+        #[cfg(not(unix))]
+        {
+            None
+        }
+    }
+
     /// Tells the kernel that pages will be touched in random order, so it does not read
     /// ahead. A hint: failures, and platforms without `madvise`, are ignored.
     pub fn advise_random(&self) {

@@ -45,7 +45,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
 
 use crate::options::{RemoteOptions, remote_options};
-use crate::stats::{Counter, IoStats};
+use chute_core::iostats::{Counter, IoStats};
 
 /// The runtime and the stores of this process (re-created after a fork: a child inherits
 /// neither the runtime's threads nor the connections' sockets in a usable state).

@@ -12,8 +12,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use bytes::Bytes;
 use chute_core::Error;
 
-use crate::stats::{IoSnapshot, IoStats};
 use crate::{DiskCache, Location, MappedFile, RemoteOptions};
+use chute_core::iostats::{IoSnapshot, IoStats};
 
 /// The shards of one dataset: each either a local file (memory-mapped when the set is opened)
 /// or a remote object (fetched when needed).
@@ -448,7 +448,7 @@ impl Inner {
         let Entry::Remote { object, meta } = &self.entries[i] else {
             unreachable!("only remote shards are fetched")
         };
-        use crate::stats::Counter;
+        use chute_core::iostats::Counter;
         let key = DiskCache::key(&object.url, meta.size, meta.etag.as_deref());
         if let Some(cache) = &self.cache {
             let (cache, key, size) = (cache.clone(), key.clone(), meta.size);

@@ -7,7 +7,11 @@
 //! ```
 //!
 //! - [`Loader`] / [`LoaderBuilder`]: the iterator over batches; `state()` / `restore()`.
-//! - [`StatsSnapshot`]: per-stage busy time and items, the consumer's wait, throughput.
+//! - [`StatsSnapshot`]: per-stage busy time and items, the consumer's wait, throughput; the
+//!   same over a recent [`Window`] and per epoch, queue depths, a wait histogram.
+//! - [`metrics`]: every live loader's figures for Prometheus, and the HTTP endpoint serving them.
+//! - [`doctor`]: runs a loader's stages alone and together and says which one binds, how many
+//!   workers would keep a given step fed, and what else to change.
 //! - [`StreamDigest`]: a digest of delivered batches (`chute bench --digest`).
 //! - `check` (feature `testing`): reusable conformance checks (resume from every batch,
 //!   worker/prefetch matrix) that any source and transform chain can be run through.
@@ -40,7 +44,9 @@
 pub mod check;
 mod collate;
 mod digest;
+pub mod doctor;
 mod loader;
+pub mod metrics;
 mod pinned;
 mod stats;
 mod workers;
@@ -48,5 +54,5 @@ mod workers;
 pub use collate::collate_samples;
 pub use digest::{StreamDigest, batch_digest};
 pub use loader::{Loader, LoaderBuilder, LoaderOptions, Poll};
-pub use stats::{StageStats, StatsSnapshot};
+pub use stats::{QueueStats, StageStats, StatsSnapshot, WAIT_BUCKETS, WaitHistogram, Window};
 pub use workers::for_each_parallel;

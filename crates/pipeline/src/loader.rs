@@ -52,6 +52,13 @@ pub struct LoaderOptions {
     /// array field of one or more dimensions that the batcher collates, in every batch.
     /// Default false.
     pub pad: bool,
+    /// The span of [`StatsSnapshot::window`]: `stats()` reports rates and the wait fraction
+    /// over the last this long. Default 10 s.
+    pub stats_window: Duration,
+    /// The loader's name in its metrics (the `loader` label of
+    /// [`metrics`](crate::metrics)), for a process with several (`"train"`, `"val"`).
+    /// Default: empty, which names it by the order loaders were built (`"0"`, `"1"`...).
+    pub name: String,
 }
 
 impl Default for LoaderOptions {
@@ -69,6 +76,8 @@ impl Default for LoaderOptions {
             pin_memory: false,
             on_error: OnError::Raise,
             pad: false,
+            stats_window: Duration::from_secs(10),
+            name: String::new(),
         }
     }
 }
@@ -157,6 +166,18 @@ impl LoaderBuilder {
         self
     }
 
+    /// The span of the windowed figures of `stats()` (see [`LoaderOptions::stats_window`]).
+    pub fn stats_window(mut self, window: Duration) -> Self {
+        self.options.stats_window = window;
+        self
+    }
+
+    /// The loader's name in its metrics (see [`LoaderOptions::name`]).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.options.name = name.into();
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, o: LoaderOptions) -> Self {
         self.options = o;
@@ -196,6 +217,12 @@ impl LoaderBuilder {
                 ),
             ));
         }
+        if o.stats_window.is_zero() {
+            return Err(ConfigError::new(
+                "stats_window",
+                "must be longer than zero (the default is 10 seconds)",
+            ));
+        }
         if self.source.manifest().format == chute_core::mixture::MIXTURE_FORMAT
             && o.shuffle != Shuffle::None
         {
@@ -217,6 +244,7 @@ impl LoaderBuilder {
         } else {
             (BufferPool::new(POOL_IDLE), None)
         };
+        let stats = Arc::new(Stats::new(o.stats_window));
         let loader = Loader {
             plan_cfg: PlanConfig {
                 seed: o.seed,
@@ -236,11 +264,13 @@ impl LoaderBuilder {
             delivered: 0,
             pool,
             pin_memory_fallback,
-            stats: Arc::new(Stats::new()),
+            stats,
             run: None,
+            pending_wait: Duration::ZERO,
         };
         // Validates rank/world_size/shuffle against the manifest up front.
         loader.plan()?;
+        crate::metrics::register(&loader);
         Ok(loader)
     }
 }
@@ -268,6 +298,8 @@ pub struct Loader {
     pin_memory_fallback: Option<String>,
     stats: Arc<Stats>,
     run: Option<Run>,
+    /// Time waited in `next_timeout` calls that returned pending since the last batch.
+    pending_wait: Duration,
 }
 
 /// Idle buffers a loader's pool keeps for reuse.
@@ -315,6 +347,11 @@ impl Loader {
     /// The source.
     pub fn source(&self) -> &Arc<dyn Source> {
         &self.source
+    }
+
+    /// The transforms run on the workers, composed (none when there are none).
+    pub fn transform(&self) -> Option<&Arc<dyn Transform>> {
+        self.transform.as_ref()
     }
 
     /// The current epoch.
@@ -503,21 +540,30 @@ impl Loader {
             &mut self.pool,
             BufferPool::new(POOL_IDLE),
         ));
-        std::mem::forget(std::mem::replace(&mut self.stats, Arc::new(Stats::new())));
+        std::mem::forget(std::mem::replace(
+            &mut self.stats,
+            Arc::new(Stats::new(self.options.stats_window)),
+        ));
         if self.options.pin_memory {
             self.pin_memory_fallback = Some("a forked child cannot use CUDA".into());
         }
     }
 
-    /// Figures since the loader was built.
+    /// Figures since the loader was built, over the last `stats_window` and per epoch,
+    /// queue depths and the wait histogram (see [`StatsSnapshot`]). About a microsecond: cheap
+    /// enough to call every step.
     pub fn stats(&self) -> StatsSnapshot {
-        let mut s = self.stats.snapshot();
-        s.source = self.source.stats();
-        s
+        snapshot(&self.stats, &*self.source)
+    }
+
+    /// What the metrics registry keeps of a loader: its counters, its source, its labels.
+    pub(crate) fn metrics_parts(&self) -> (&Arc<Stats>, &Arc<dyn Source>) {
+        (&self.stats, &self.source)
     }
 
     fn start_run(&mut self) -> Result<(), Error> {
         let plan = self.plan()?;
+        self.stats.epoch(self.plan_cfg.epoch);
         self.source.set_plan(&plan);
         let job = Job {
             source: Arc::clone(&self.source),
@@ -577,21 +623,32 @@ impl Loader {
             Polled::Ready(b, result) => (b, result),
             Polled::Done => return Poll::Ready(self.end_epoch()),
             Polled::Pending => {
-                self.stats.waited(t0.elapsed(), false);
+                let waited = t0.elapsed();
+                self.stats.waited(waited);
+                self.pending_wait += waited;
                 return Poll::Pending;
             }
         };
         // A failed batch is consumed too (as in PyTorch), so the position stays exact.
         self.delivered = run.job().batch_range(b).1;
+        let waited = t0.elapsed();
+        self.stats.waited(waited);
+        let wait = std::mem::take(&mut self.pending_wait) + waited;
         match &result {
             Ok(batch) => self
                 .stats
-                .delivered(batch.len() as u64, batch.nbytes() as u64),
-            Err(_) => self.stats.failed(),
+                .delivered(batch.len() as u64, batch.nbytes() as u64, wait),
+            Err(_) => self.stats.failed(wait),
         }
-        self.stats.waited(t0.elapsed(), true);
         Poll::Ready(Some(result))
     }
+}
+
+/// A loader's figures from its counters and its source.
+pub(crate) fn snapshot(stats: &Stats, source: &dyn Source) -> StatsSnapshot {
+    let mut s = stats.snapshot();
+    s.source = source.stats();
+    s
 }
 
 impl Iterator for Loader {

@@ -461,6 +461,10 @@ impl Run {
             room: Condvar::new(),
             ready: Condvar::new(),
         });
+        shared
+            .job
+            .stats
+            .run(workers, if workers == 0 { 0 } else { cap });
         let threads = (0..workers)
             .map(|k| {
                 let shared = Arc::clone(&shared);
@@ -504,6 +508,7 @@ impl Run {
         loop {
             if let Some(result) = ring.slots[slot].take() {
                 ring.next_deliver += 1;
+                job.stats.taken();
                 drop(ring);
                 self.shared.room.notify_all();
                 return Polled::Ready(b, result);
@@ -552,6 +557,7 @@ impl Drop for Run {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.shared.job.stats.run(0, 0);
     }
 }
 
@@ -581,14 +587,30 @@ fn worker(shared: &Shared) {
                 ring = shared.room.wait(ring).unwrap_or_else(|e| e.into_inner());
             }
             ring.next_claim += 1;
+            // The gauges change under the ring's lock, so they never count a batch twice.
+            job.stats.claimed();
             ring.next_claim - 1
         };
         let result = build_guarded(job, b);
         let mut ring = shared.lock();
         ring.slots[(b % cap) as usize] = Some(result);
+        job.stats.filed();
         drop(ring);
         shared.ready.notify_one();
     }
+}
+
+/// Starts a named background thread for a process-wide service (the metrics endpoint) that
+/// lives as long as the process. Fails if the OS refuses the thread.
+pub(crate) fn spawn_service(
+    name: &str,
+    service: impl FnOnce() + Send + 'static,
+) -> std::io::Result<()> {
+    #[allow(clippy::disallowed_methods)] // this module is the one that spawns
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(service)
+        .map(drop)
 }
 
 /// Runs `job(0)`, `job(1)`, ..., `job(jobs - 1)` on up to `threads` threads (on the calling

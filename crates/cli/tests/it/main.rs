@@ -1,6 +1,7 @@
 //! The `chute` command, run as a user would (one test binary).
 
 mod convert;
+mod observe;
 mod remote;
 
 use std::path::{Path, PathBuf};

@@ -2,5 +2,6 @@
 
 mod engine;
 mod mixture;
+mod observe;
 mod resume;
 mod support;

@@ -1,9 +1,12 @@
-//! [`IoStats`]: what remote reading cost: bytes, requests, retries, cache hits.
+//! [`IoStats`]: what remote reading cost: bytes, requests, retries, cache hits. Plain
+//! counters (the I/O itself is chute-io's, which adds to them); they live here so that the
+//! engine's statistics can report the process's remote traffic without depending on the I/O
+//! layer.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Counters of remote reads, shared by the fetches that update them. Every [`crate::ShardSet`]
-/// keeps its own, and every fetch also counts in the process-wide [`io_stats`].
+/// Counters of remote reads, shared by the fetches that update them. Every shard set of
+/// chute-io keeps its own, and every fetch also counts in the process-wide [`io_stats`].
 #[derive(Debug, Default)]
 pub struct IoStats {
     bytes_fetched: AtomicU64,
@@ -15,7 +18,7 @@ pub struct IoStats {
 }
 
 /// A copy of [`IoStats`]' counters at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct IoSnapshot {
     /// Body bytes received from remote stores (not from the node-local cache).
@@ -59,8 +62,8 @@ impl IoStats {
         }
     }
 
-    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
-    pub(crate) fn add(&self, what: Counter, n: u64) {
+    /// Adds `n` to one counter, here and in the process-wide ones.
+    pub fn add(&self, what: Counter, n: u64) {
         for s in [self, &GLOBAL] {
             let c = match what {
                 Counter::Bytes => &s.bytes_fetched,
@@ -75,13 +78,33 @@ impl IoStats {
     }
 }
 
+/// Which [`IoStats`] counter [`IoStats::add`] adds to.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "remote"), allow(dead_code))]
-pub(crate) enum Counter {
+pub enum Counter {
+    /// [`IoSnapshot::bytes_fetched`].
     Bytes,
+    /// [`IoSnapshot::requests`].
     Requests,
+    /// [`IoSnapshot::retries`].
     Retries,
+    /// [`IoSnapshot::cache_hits`].
     CacheHits,
+    /// [`IoSnapshot::shards_fetched`].
     Shards,
+    /// [`IoSnapshot::failures`].
     Failures,
+}
+
+impl IoSnapshot {
+    /// Each counter of `self` minus the one of `earlier` (zero where it was larger).
+    pub fn since(&self, earlier: &IoSnapshot) -> IoSnapshot {
+        IoSnapshot {
+            bytes_fetched: self.bytes_fetched.saturating_sub(earlier.bytes_fetched),
+            requests: self.requests.saturating_sub(earlier.requests),
+            retries: self.retries.saturating_sub(earlier.retries),
+            cache_hits: self.cache_hits.saturating_sub(earlier.cache_hits),
+            shards_fetched: self.shards_fetched.saturating_sub(earlier.shards_fetched),
+            failures: self.failures.saturating_sub(earlier.failures),
+        }
+    }
 }

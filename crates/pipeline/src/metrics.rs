@@ -1,0 +1,472 @@
+//! Prometheus metrics: every live loader's figures in the text exposition format, served over
+//! HTTP by [`serve`].
+//!
+//! Loaders register themselves when built (a weak reference: a dropped loader leaves the
+//! exposition at the next scrape). [`render`] writes them all, each series labelled with the
+//! loader's `rank` and name (`loader`, [`LoaderOptions::name`]), so one dashboard shows every
+//! rank of a job. Names follow Prometheus' conventions: base units (`_seconds`, `_bytes`),
+//! `_total` on counters, and counters rather than rates (a query takes `rate(...[1m])`):
+//!
+//! | metric | type | what |
+//! | --- | --- | --- |
+//! | `chute_samples_total{stage}` | counter | samples read, transformed, delivered (`stage="read"`, `"transform"`, `"delivered"`) |
+//! | `chute_batches_total{stage}` | counter | batches collated and delivered |
+//! | `chute_stage_busy_seconds_total{stage}` | counter | worker time in `read`, `transform`, `collate` |
+//! | `chute_wait_seconds_total` | counter | time the consumer (the training step) waited in `next()` |
+//! | `chute_batch_wait_seconds` | histogram | that wait per batch |
+//! | `chute_delivered_bytes_total` | counter | payload bytes delivered |
+//! | `chute_batch_errors_total`, `chute_skipped_samples_total` | counter | failed batches, skipped samples |
+//! | `chute_ready_batches`, `chute_inflight_batches`, `chute_queue_capacity_batches`, `chute_workers` | gauge | the queue now |
+//! | `chute_epoch` | gauge | the epoch being read |
+//! | `chute_window_samples_per_second`, `chute_window_wait_ratio` | gauge | over the loader's `stats_window` |
+//! | `chute_remote_bytes_total`, `_requests_total`, `_retries_total`, `_cache_hits_total`, `_shards_total`, `_failures_total` | counter | the process's remote reads since the loader was built |
+//! | `chute_mixture_samples_total{component}`, `chute_mixture_target_ratio{component}` | counter, gauge | a mixture's samples per component and its target share |
+//!
+//! The server is bound to `127.0.0.1` unless another address is given; it answers `GET
+//! /metrics` (and `/`), one connection at a time, with a 5 s timeout per connection.
+//!
+//! [`LoaderOptions::name`]: crate::LoaderOptions::name
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use chute_core::Source;
+
+use crate::loader::{Loader, snapshot};
+use crate::stats::{Stats, StatsSnapshot};
+
+struct Entry {
+    stats: Weak<Stats>,
+    source: Weak<dyn Source>,
+    labels: Labels,
+}
+
+/// The labels of one loader's series.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labels {
+    /// The loader's rank.
+    pub rank: u64,
+    /// The loader's name (its build order when it was given none).
+    pub loader: String,
+}
+
+static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+static BUILT: AtomicU64 = AtomicU64::new(0);
+
+fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Adds a newly built loader to the exposition.
+pub(crate) fn register(loader: &Loader) {
+    let n = BUILT.fetch_add(1, Ordering::Relaxed);
+    let (stats, source) = loader.metrics_parts();
+    let o = loader.options();
+    let entry = Entry {
+        stats: Arc::downgrade(stats),
+        source: Arc::downgrade(source),
+        labels: Labels {
+            rank: o.rank,
+            loader: if o.name.is_empty() {
+                n.to_string()
+            } else {
+                o.name.clone()
+            },
+        },
+    };
+    let mut r = registry();
+    r.retain(|e| e.stats.strong_count() > 0);
+    r.push(entry);
+}
+
+/// Every live loader's labels and figures, in the order they were built.
+pub fn snapshots() -> Vec<(Labels, StatsSnapshot)> {
+    let live: Vec<_> = {
+        let mut r = registry();
+        r.retain(|e| e.stats.strong_count() > 0);
+        r.iter()
+            .filter_map(|e| Some((e.labels.clone(), e.stats.upgrade()?, e.source.upgrade()?)))
+            .collect()
+    };
+    live.into_iter()
+        .map(|(l, stats, source)| (l, snapshot(&stats, &*source)))
+        .collect()
+}
+
+/// Every live loader's metrics in Prometheus' text exposition format (version 0.0.4).
+pub fn render() -> String {
+    render_snapshots(&snapshots())
+}
+
+/// The exposition of the given figures.
+pub fn render_snapshots(loaders: &[(Labels, StatsSnapshot)]) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, series: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        out.push_str(series);
+    };
+    let labels = |l: &Labels, extra: &[(&str, &str)]| {
+        let mut s = format!("rank=\"{}\",loader=\"{}\"", l.rank, escape(&l.loader));
+        for (k, v) in extra {
+            let _ = write!(s, ",{k}=\"{}\"", escape(v));
+        }
+        s
+    };
+    type Get = fn(&StatsSnapshot) -> f64;
+    let per_stage = |name: &str, stages: &[(&str, Get)]| {
+        let mut text = String::new();
+        for (l, s) in loaders {
+            for (stage, get) in stages {
+                let _ = writeln!(
+                    text,
+                    "{name}{{{}}} {}",
+                    labels(l, &[("stage", stage)]),
+                    num(get(s))
+                );
+            }
+        }
+        text
+    };
+    let simple = |name: &str, get: Get| {
+        let mut text = String::new();
+        for (l, s) in loaders {
+            let _ = writeln!(text, "{name}{{{}}} {}", labels(l, &[]), num(get(s)));
+        }
+        text
+    };
+    let samples = per_stage(
+        "chute_samples_total",
+        &[
+            ("read", |s| s.read.items as f64),
+            ("transform", |s| s.transform.items as f64),
+            ("delivered", |s| s.samples as f64),
+        ],
+    );
+    family(
+        "chute_samples_total",
+        "counter",
+        "Samples handled per stage.",
+        &samples,
+    );
+    let batches = per_stage(
+        "chute_batches_total",
+        &[
+            ("collate", |s| s.collate.items as f64),
+            ("delivered", |s| s.batches as f64),
+        ],
+    );
+    family(
+        "chute_batches_total",
+        "counter",
+        "Batches collated and delivered.",
+        &batches,
+    );
+    let busy = per_stage(
+        "chute_stage_busy_seconds_total",
+        &[
+            ("read", |s| s.read.busy_secs),
+            ("transform", |s| s.transform.busy_secs),
+            ("collate", |s| s.collate.busy_secs),
+        ],
+    );
+    family(
+        "chute_stage_busy_seconds_total",
+        "counter",
+        "Worker time spent per stage, summed over workers.",
+        &busy,
+    );
+    let plain: [(&str, &str, &str, Get); 17] = [
+        (
+            "chute_wait_seconds_total",
+            "counter",
+            "Time the consumer (the training step) waited in next().",
+            |s| s.wait_secs,
+        ),
+        (
+            "chute_delivered_bytes_total",
+            "counter",
+            "Payload bytes delivered.",
+            |s| s.bytes as f64,
+        ),
+        (
+            "chute_batch_errors_total",
+            "counter",
+            "Batches that failed.",
+            |s| s.errors as f64,
+        ),
+        (
+            "chute_skipped_samples_total",
+            "counter",
+            "Samples that failed and were replaced (on_error=skip).",
+            |s| s.skipped as f64,
+        ),
+        (
+            "chute_ready_batches",
+            "gauge",
+            "Finished batches waiting for the consumer.",
+            |s| s.queue.ready as f64,
+        ),
+        (
+            "chute_inflight_batches",
+            "gauge",
+            "Batches being built by workers.",
+            |s| s.queue.in_flight as f64,
+        ),
+        (
+            "chute_queue_capacity_batches",
+            "gauge",
+            "Slots of the ready queue (workers + prefetch).",
+            |s| s.queue.capacity as f64,
+        ),
+        (
+            "chute_workers",
+            "gauge",
+            "Worker threads of the current epoch's run.",
+            |s| s.queue.workers as f64,
+        ),
+        ("chute_epoch", "gauge", "The epoch being read.", |s| {
+            s.epoch as f64
+        }),
+        (
+            "chute_window_samples_per_second",
+            "gauge",
+            "Samples delivered per second over the loader's stats window.",
+            |s| s.window.samples_per_sec,
+        ),
+        (
+            "chute_window_wait_ratio",
+            "gauge",
+            "Fraction of the stats window the consumer waited.",
+            |s| s.window.wait_fraction,
+        ),
+        (
+            "chute_remote_bytes_total",
+            "counter",
+            "Bytes fetched from remote stores by the process since the loader was built.",
+            |s| s.remote.bytes_fetched as f64,
+        ),
+        (
+            "chute_remote_requests_total",
+            "counter",
+            "Remote requests sent (retries included).",
+            |s| s.remote.requests as f64,
+        ),
+        (
+            "chute_remote_retries_total",
+            "counter",
+            "Remote requests that retried or resumed a failed one.",
+            |s| s.remote.retries as f64,
+        ),
+        (
+            "chute_remote_cache_hits_total",
+            "counter",
+            "Whole shards served by the node-local cache.",
+            |s| s.remote.cache_hits as f64,
+        ),
+        (
+            "chute_remote_shards_total",
+            "counter",
+            "Whole shards downloaded.",
+            |s| s.remote.shards_fetched as f64,
+        ),
+        (
+            "chute_remote_failures_total",
+            "counter",
+            "Remote fetches that failed after their retries.",
+            |s| s.remote.failures as f64,
+        ),
+    ];
+    for (name, kind, help, get) in plain {
+        let text = simple(name, get);
+        family(name, kind, help, &text);
+    }
+    let mut hist = String::new();
+    for (l, s) in loaders {
+        let h = &s.wait_histogram;
+        for (le, n) in &h.buckets {
+            let le = num(*le);
+            let _ = writeln!(
+                hist,
+                "chute_batch_wait_seconds_bucket{{{}}} {n}",
+                labels(l, &[("le", &le)])
+            );
+        }
+        let _ = writeln!(
+            hist,
+            "chute_batch_wait_seconds_bucket{{{}}} {}",
+            labels(l, &[("le", "+Inf")]),
+            h.count
+        );
+        let _ = writeln!(
+            hist,
+            "chute_batch_wait_seconds_sum{{{}}} {}",
+            labels(l, &[]),
+            num(h.sum)
+        );
+        let _ = writeln!(
+            hist,
+            "chute_batch_wait_seconds_count{{{}}} {}",
+            labels(l, &[]),
+            h.count
+        );
+    }
+    family(
+        "chute_batch_wait_seconds",
+        "histogram",
+        "Time the consumer waited for each batch.",
+        &hist,
+    );
+    let (mut served, mut target) = (String::new(), String::new());
+    for (l, s) in loaders {
+        let Some(components) = s
+            .source
+            .as_ref()
+            .and_then(|v| v.get("components"))
+            .and_then(|v| v.as_object())
+        else {
+            continue;
+        };
+        for (name, c) in components {
+            let lb = labels(l, &[("component", name)]);
+            let get = |k: &str| c.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+            let _ = writeln!(
+                served,
+                "chute_mixture_samples_total{{{lb}}} {}",
+                num(get("samples"))
+            );
+            let _ = writeln!(
+                target,
+                "chute_mixture_target_ratio{{{lb}}} {}",
+                num(get("target"))
+            );
+        }
+    }
+    if !served.is_empty() {
+        family(
+            "chute_mixture_samples_total",
+            "counter",
+            "Samples a mixture served per component.",
+            &served,
+        );
+        family(
+            "chute_mixture_target_ratio",
+            "gauge",
+            "The share of the mixture's samples each component should have served.",
+            &target,
+        );
+    }
+    out
+}
+
+/// A sample value as Prometheus reads it.
+fn num(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{x}")
+    }
+}
+
+/// A label value with `\`, `"` and line feeds escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The HTTP endpoint serving [`render`]. It runs until the process ends.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricsServer {
+    addr: SocketAddr,
+}
+
+impl MetricsServer {
+    /// The address it listens on (the port chosen when 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+static SERVERS: Mutex<Vec<MetricsServer>> = Mutex::new(Vec::new());
+
+/// Serves every live loader's metrics at `http://ADDR/metrics` on a background thread, for
+/// the rest of the process. Asking again for an address already served returns that server.
+/// Port 0 picks a free port ([`MetricsServer::addr`] says which).
+///
+/// Fails if the address cannot be bound (in use, not this machine's).
+pub fn serve(addr: SocketAddr) -> io::Result<MetricsServer> {
+    let mut servers = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    if addr.port() != 0
+        && let Some(s) = servers.iter().find(|s| s.addr == addr)
+    {
+        return Ok(*s);
+    }
+    let listener = TcpListener::bind(addr).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot serve metrics on {addr}: {e} (choose another port, or 0 for any)"),
+        )
+    })?;
+    let server = MetricsServer {
+        addr: listener.local_addr()?,
+    };
+    crate::workers::spawn_service("chute-metrics", move || {
+        for stream in listener.incoming().flatten() {
+            let _ = answer(stream);
+        }
+    })?;
+    servers.push(server);
+    Ok(server)
+}
+
+/// Answers one HTTP/1.x request on `stream`, then closes it.
+fn answer(mut stream: TcpStream) -> io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut request = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf)?;
+        if n == 0 || request.len() > 16 << 10 {
+            break;
+        }
+        request.extend_from_slice(&buf[..n]);
+    }
+    let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, kind, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics" | "/") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            render(),
+        ),
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "chute serves its metrics at /metrics\n".to_string(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET\n".to_string(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    if method != "HEAD" {
+        stream.write_all(body.as_bytes())?;
+    }
+    stream.flush()
+}
