@@ -320,9 +320,9 @@ impl Loader {
 
     /// The engine's figures since the loader was built, as a dict.
     fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let json = serde_json::to_string(&self.loader()?.stats())
+        let value = serde_json::to_value(self.loader()?.stats())
             .map_err(|e| errors::chute_error(e.to_string()))?;
-        py.import("json")?.call_method1("loads", (json,))
+        json_to_py(py, &value)
     }
 
     /// Runs the doctor on this loader's source, transforms and options (the loader itself is
@@ -475,4 +475,38 @@ pub(crate) fn serve_metrics(port: u16, address: &str) -> PyResult<u16> {
     chute::pipeline::metrics::serve(std::net::SocketAddr::new(ip, port))
         .map(|s| s.addr().port())
         .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))
+}
+
+/// A JSON value as the Python object `json.loads` would make, built directly (no text in
+/// between: `stats()` is called every step).
+pub(crate) fn json_to_py<'py>(
+    py: Python<'py>,
+    v: &serde_json::Value,
+) -> PyResult<Bound<'py, PyAny>> {
+    use pyo3::IntoPyObjectExt;
+    use serde_json::Value;
+    Ok(match v {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => b.into_bound_py_any(py)?,
+        Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => u.into_bound_py_any(py)?,
+            (None, Some(i)) => i.into_bound_py_any(py)?,
+            _ => n.as_f64().unwrap_or(f64::NAN).into_bound_py_any(py)?,
+        },
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(a) => {
+            let list = PyList::empty(py);
+            for x in a {
+                list.append(json_to_py(py, x)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(o) => {
+            let d = PyDict::new(py);
+            for (k, x) in o {
+                d.set_item(k, json_to_py(py, x)?)?;
+            }
+            d.into_any()
+        }
+    })
 }

@@ -53,6 +53,7 @@ pub fn diagnose(
         if missing > 0 {
             let took = context
                 .opened_in
+                .filter(|t| t.as_secs_f64() >= 0.05)
                 .map(|t| format!(" (opening took {:.2} s)", t.as_secs_f64()))
                 .unwrap_or_default();
             d.advise(
@@ -122,37 +123,70 @@ pub fn diagnose(
         }
     }
 
-    if d.bottleneck == "transform" {
-        let jpeg: Vec<&String> = d
-            .fields
-            .iter()
-            .filter(|(_, what)| what.starts_with("JPEG"))
-            .map(|(k, _)| k)
-            .collect();
-        let unfused = context.ops.map(unfused_decodes).unwrap_or_default();
-        if !jpeg.is_empty() && (context.ops.is_none() || !unfused.is_empty()) {
-            let what = if unfused.is_empty() {
-                "the transform decodes JPEG images at full size".to_string()
-            } else {
-                format!(
-                    "field {} decodes at full size: its decode is not followed at once by \
-                     resize or random_resized_crop",
-                    unfused.join(", ")
-                )
-            };
-            d.advise(
-                "reduced-decode",
-                format!(
-                    "decoding binds and {what}; put resize (or random_resized_crop) directly \
-                     after decode in chute's native ops ({{\"jpg\": [{{\"op\": \"decode\"}}, \
-                     {{\"op\": \"resize\", \"size\": 256}}, ...]}}): the two are fused, and the \
-                     JPEG is decoded at a reduced size (a DCT-scaled decode, 2-8x fewer pixels) \
-                     and only the crop's region"
-                ),
-            );
-        }
+    if d.bottleneck == "transform"
+        && let Some(message) = reduced_decode(loader, &d, context.ops)
+    {
+        d.advise("reduced-decode", message);
     }
     Ok(d)
+}
+
+/// The `reduced-decode` rule: a JPEG field at least twice the size (each side) of the largest
+/// image the transforms make, decoded at full size (by a Python transform, or by native ops
+/// whose decode is not fused with a resize or crop). The size comes from the first sample's
+/// JPEG header.
+fn reduced_decode(loader: &Loader, d: &Diagnosis, ops: Option<&Pipeline>) -> Option<String> {
+    let first = loader.plan().ok()?.get(0);
+    let sample = loader.source().read(first).ok()?;
+    let (name, (h, w)) = sample.fields.iter().find_map(|(k, f)| match f {
+        chute_core::Field::Bytes(b) if b.starts_with(&[0xFF, 0xD8, 0xFF]) => {
+            Some((k.to_string(), chute_ops::image::image_size(b).ok()?))
+        }
+        _ => None,
+    })?;
+    // The largest output image side: the two largest dimensions of each array (HWC or CHW).
+    let out = d
+        .output_shapes
+        .iter()
+        .filter(|(_, shape)| shape.len() >= 2)
+        .map(|(_, shape)| {
+            let mut dims = shape.clone();
+            dims.sort_unstable_by(|a, b| b.cmp(a));
+            dims[0]
+        })
+        .max()?;
+    if h.min(w) < 2 * out {
+        return None;
+    }
+    let unfused = ops.map(unfused_decodes).unwrap_or_default();
+    let what = match ops {
+        None => format!(
+            "the transform decodes {name}'s {w}x{h} JPEG images at full size for outputs of at \
+             most {out} pixels a side"
+        ),
+        Some(_) if unfused.is_empty() => return None,
+        Some(_) => format!(
+            "field {} decodes its {w}x{h} JPEG images at full size for outputs of at most {out} \
+             pixels a side (its decode is not followed at once by resize or \
+             random_resized_crop)",
+            unfused.join(", ")
+        ),
+    };
+    Some(format!(
+        "decoding binds and {what}; put resize (or random_resized_crop) directly after decode \
+         in chute's native ops ({{\"{name}\": [{{\"op\": \"decode\"}}, {{\"op\": \
+         \"resize\", \"size\": {out}}}, ...]}}): the two are fused, and the JPEG is decoded at \
+         a reduced size (a DCT-scaled decode, up to {}x fewer pixels here) and only the crop's \
+         region",
+        scaled_fewer_pixels(h.min(w) / out)
+    ))
+}
+
+/// How many times fewer pixels a DCT-scaled decode gives (1/2, 1/4 or 1/8 a side) when the
+/// image is `ratio` times the output.
+fn scaled_fewer_pixels(ratio: usize) -> usize {
+    let scale = 1usize << ratio.clamp(1, 8).ilog2();
+    scale * scale
 }
 
 /// Output fields whose ops decode an image without a resize or crop right after.

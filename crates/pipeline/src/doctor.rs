@@ -111,6 +111,8 @@ pub struct Diagnosis {
     pub prefetch: usize,
     /// The first sample's fields, described (`jpg: JPEG image (110 KB)`...).
     pub fields: Vec<(String, String)>,
+    /// The shapes of the array fields the transforms made of that sample.
+    pub output_shapes: Vec<(String, Vec<usize>)>,
     /// Each stage alone.
     pub stages: Vec<StageFigure>,
     /// The whole loader per worker count, in the order tried.
@@ -336,6 +338,18 @@ pub fn diagnose(
     } else {
         stages.push(figure("collate", 0, 0.0));
     }
+    let output_shapes = transformed
+        .first()
+        .map(|s| {
+            s.fields
+                .iter()
+                .filter_map(|(k, f)| match f {
+                    Field::Array(a) => Some((k.to_string(), a.shape.clone())),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     drop(transformed);
 
     // 4 and 5. the whole loader per worker count, the consumer's hand-over timed.
@@ -453,6 +467,7 @@ pub fn diagnose(
         num_workers: o.num_workers,
         prefetch: o.prefetch,
         fields,
+        output_shapes,
         stages,
         trials,
         bottleneck: String::new(),
@@ -590,14 +605,28 @@ fn conclude(d: &mut Diagnosis) {
     if d.recommended_workers != d.num_workers {
         let now = current
             .as_ref()
-            .map(|t| format!(" ({} samples/s now)", rate(t.samples_per_sec)))
+            .map(|t| {
+                format!(
+                    " ({} samples/s with {})",
+                    rate(t.samples_per_sec),
+                    d.num_workers
+                )
+            })
             .unwrap_or_default();
-        let message = format!(
-            "use num_workers={} instead of {}: {} samples/s{now}",
-            d.recommended_workers,
-            d.num_workers,
-            rate(d.expected_samples_per_sec)
-        );
+        let message = match d.required_samples_per_sec {
+            Some(r) if d.recommended_workers < d.num_workers => format!(
+                "num_workers={} is enough: {} samples/s against the {} the step needs{now};                  the spare cores can go to the training process",
+                d.recommended_workers,
+                rate(d.expected_samples_per_sec),
+                rate(r)
+            ),
+            _ => format!(
+                "use num_workers={} instead of {}: {} samples/s{now}",
+                d.recommended_workers,
+                d.num_workers,
+                rate(d.expected_samples_per_sec)
+            ),
+        };
         d.advise("workers", message);
     }
     if d.recommended_prefetch > d.prefetch

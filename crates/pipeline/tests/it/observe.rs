@@ -357,3 +357,25 @@ fn the_doctor_passes_source_errors_on() {
     let e = diagnose(&loader, &quick(&[1]), None).unwrap_err();
     assert!(e.to_string().contains("broken"), "{e}");
 }
+
+#[test]
+fn the_doctor_deepens_the_queue_for_bursty_batches() {
+    // One sample in 80 (a batch in 10) takes 40 ms, as a shard download would.
+    let inner = Synthetic::new(&[100_000]);
+    let source = chute_core::FnSource::new("bursty", 100_000, move |id| {
+        if id % 80 == 0 {
+            std::thread::sleep(Duration::from_millis(40));
+        }
+        inner.read(id)
+    });
+    let loader = Loader::builder(source)
+        .batch_size(8)
+        .num_workers(2)
+        .build()
+        .unwrap();
+    let d = diagnose(&loader, &quick(&[2]), None).unwrap();
+    let t = d.trial(2).unwrap();
+    assert!(t.gap_p95_ms > 2.0 * t.gap_p50_ms, "{t:?}");
+    assert!(d.recommended_prefetch > 2, "{}", d.to_text());
+    assert!(d.has("prefetch"), "{}", d.to_text());
+}
