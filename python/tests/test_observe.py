@@ -322,6 +322,17 @@ def test_doctor_names_reads_from_a_throttled_server(tmp_path):
         glob = chute.doctor(source, batch_size=8, shuffle="global", seconds=0.3,
                             try_workers=[1])
         assert "streaming-shuffle" in glob.rules, str(glob)
+        # The remote figures in stats() and in the metrics.
+        loader = chute.Loader(source, batch_size=8, shuffle="block", num_workers=2,
+                              name="remote-metrics")
+        assert sum(len(b["__key__"]) for b in loader) == 12 * 32
+        s = loader.stats()
+        assert s["remote"]["bytes_fetched"] > 0 and s["remote"]["requests"] > 0, s["remote"]
+        assert s["window"]["remote_bytes_per_sec"] > 0
+        text = _get(f"http://127.0.0.1:{chute.serve_metrics(0)}/metrics")
+        labels = 'rank="0",loader="remote-metrics"'
+        assert _series(text, f"chute_remote_bytes_total{{{labels}}}") >= s["remote"]["bytes_fetched"]
+        assert _series(text, f"chute_remote_requests_total{{{labels}}}") >= s["remote"]["requests"]
     finally:
         proxy.terminate()
         proxy.wait(timeout=10)

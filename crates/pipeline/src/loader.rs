@@ -59,6 +59,10 @@ pub struct LoaderOptions {
     /// [`metrics`](crate::metrics)), for a process with several (`"train"`, `"val"`).
     /// Default: empty, which names it by the order loaders were built (`"0"`, `"1"`...).
     pub name: String,
+    /// Serve every live loader's metrics for Prometheus at `http://ADDR/metrics` once this
+    /// loader is built ([`metrics::serve`](crate::metrics::serve); an address already served
+    /// is served once). Default: none.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Default for LoaderOptions {
@@ -78,6 +82,7 @@ impl Default for LoaderOptions {
             pad: false,
             stats_window: Duration::from_secs(10),
             name: String::new(),
+            metrics_addr: None,
         }
     }
 }
@@ -178,6 +183,12 @@ impl LoaderBuilder {
         self
     }
 
+    /// Serve the metrics at `addr` (see [`LoaderOptions::metrics_addr`]).
+    pub fn metrics_addr(mut self, addr: std::net::SocketAddr) -> Self {
+        self.options.metrics_addr = Some(addr);
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, o: LoaderOptions) -> Self {
         self.options = o;
@@ -271,6 +282,10 @@ impl LoaderBuilder {
         // Validates rank/world_size/shuffle against the manifest up front.
         loader.plan()?;
         crate::metrics::register(&loader);
+        if let Some(addr) = loader.options.metrics_addr {
+            crate::metrics::serve(addr)
+                .map_err(|e| ConfigError::new("metrics_addr", e.to_string()))?;
+        }
         Ok(loader)
     }
 }

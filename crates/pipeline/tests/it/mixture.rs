@@ -96,6 +96,39 @@ fn every_batch_holds_each_share_across_a_schedule_change() {
 }
 
 #[test]
+fn metrics_show_each_component_against_its_target() {
+    let mut loader = Loader::builder(three([0.5, 0.3, 0.2], MixMode::Stratified))
+        .batch_size(16)
+        .name("mixture-metrics")
+        .build()
+        .unwrap();
+    for batch in (&mut loader).take(6) {
+        batch.unwrap();
+    }
+    let stats = loader.stats().source.unwrap();
+    let text = chute_pipeline::metrics::render();
+    for name in ["web", "code", "math"] {
+        let labels = format!(r#"rank="0",loader="mixture-metrics",component="{name}""#);
+        let value = |metric: &str| -> f64 {
+            let series = format!("{metric}{{{labels}}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+                .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        };
+        let c = &stats["components"][name];
+        assert_eq!(
+            value("chute_mixture_samples_total"),
+            c["samples"].as_f64().unwrap()
+        );
+        assert_eq!(
+            value("chute_mixture_target_ratio"),
+            c["target"].as_f64().unwrap()
+        );
+    }
+    assert!(text.contains("# TYPE chute_mixture_samples_total counter"));
+}
+
+#[test]
 fn a_mixture_resumes_from_every_batch_across_component_epochs_and_a_schedule_change() {
     for mode in [MixMode::Stratified, MixMode::Random] {
         for (workers, rank, world) in [(0, 0, 1), (2, 1, 2), (3, 2, 3)] {

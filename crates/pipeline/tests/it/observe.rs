@@ -235,11 +235,22 @@ fn the_endpoint_serves_the_exposition_over_http() {
         Some(20.0)
     );
     assert!(get(server.addr(), "/other").starts_with("HTTP/1.1 404"));
-    // The same address again is the same server; a taken port is an error naming it.
+    // A loader option serves the same way; the same address again is the same server; a
+    // taken port is an error naming it.
+    let served = Loader::builder(Synthetic::new(&[4]))
+        .metrics_addr(server.addr())
+        .build()
+        .unwrap();
+    drop(served);
     assert_eq!(metrics::serve(server.addr()).unwrap().addr(), server.addr());
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let e = metrics::serve(taken.local_addr().unwrap()).unwrap_err();
     assert!(e.to_string().contains("cannot serve metrics on"), "{e}");
+    let e = Loader::builder(Synthetic::new(&[4]))
+        .metrics_addr(taken.local_addr().unwrap())
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("metrics_addr"), "{e}");
 }
 
 /// A source whose reads take `read` each.
