@@ -87,6 +87,9 @@ pub struct Trial {
     /// The fraction of a step's time it would wait for data at this rate (with a step or
     /// target given).
     pub predicted_wait_fraction: Option<f64>,
+    /// How the workers' busy time split between read, transform and collate during the
+    /// measurement (shares of their sum).
+    pub busy_shares: Vec<(String, f64)>,
 }
 
 /// One piece of advice: the rule that produced it and what to do.
@@ -119,7 +122,8 @@ pub struct Diagnosis {
     pub trials: Vec<Trial>,
     /// The stage that binds: `read`, `transform`, `collate` or `consumer`.
     pub bottleneck: String,
-    /// Each worker stage's share of a worker's time per sample (read, transform, collate).
+    /// Each worker stage's share of the workers' busy time in the fastest trial (read,
+    /// transform, collate); from the stages alone when the trials measured none.
     pub worker_shares: Vec<(String, f64)>,
     /// The samples per second the step or the target needs.
     pub required_samples_per_sec: Option<f64>,
@@ -206,7 +210,7 @@ impl Diagnosis {
             .collect();
         let _ = writeln!(
             t,
-            "\nbottleneck: {} (a worker's time per sample: {})",
+            "\nbottleneck: {} (the workers' time: {})",
             self.bottleneck,
             shares.join(", ")
         );
@@ -386,11 +390,14 @@ pub fn diagnose(
         let mut gaps = Vec::new();
         let (mut seen, mut samples, mut batches) = (0u64, 0u64, 0u64);
         let mut started: Option<Instant> = None;
+        let mut busy_before = [0.0; 3];
         let mut last = Instant::now();
         let t0 = Instant::now();
         'trial: loop {
             let mut any = false;
-            for batch in l.by_ref() {
+            // Not a `for` loop: the loader's stats are read between batches.
+            #[allow(clippy::while_let_on_iterator)]
+            while let Some(batch) = l.next() {
                 let batch = batch?;
                 any = true;
                 let now = Instant::now();
@@ -407,6 +414,7 @@ pub fn diagnose(
                 match started {
                     None if seen >= warm_batches && t0.elapsed() >= trial / 10 => {
                         started = Some(Instant::now());
+                        busy_before = busy(&l);
                     }
                     None => {}
                     Some(_) => {
@@ -426,6 +434,16 @@ pub fn diagnose(
             }
         }
         let secs = started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        let busy_after = busy(&l);
+        let spent: Vec<f64> = (0..3)
+            .map(|k| (busy_after[k] - busy_before[k]).max(0.0))
+            .collect();
+        let total: f64 = spent.iter().sum();
+        let busy_shares = STAGES
+            .iter()
+            .zip(&spent)
+            .map(|(s, x)| (s.to_string(), if total > 0.0 { x / total } else { 0.0 }))
+            .collect();
         gaps.sort_by(f64::total_cmp);
         let pct = |p: f64| {
             if gaps.is_empty() {
@@ -446,6 +464,7 @@ pub fn diagnose(
             gap_p50_ms: pct(0.5),
             gap_p95_ms: pct(0.95),
             predicted_wait_fraction: None,
+            busy_shares,
         });
     }
     if crossing.is_some() {
@@ -481,6 +500,15 @@ pub fn diagnose(
     };
     conclude(&mut d);
     Ok(d)
+}
+
+/// The worker stages, in order.
+const STAGES: [&str; 3] = ["read", "transform", "collate"];
+
+/// The busy seconds of each worker stage so far.
+fn busy(l: &Loader) -> [f64; 3] {
+    let s = l.stats();
+    [s.read.busy_secs, s.transform.busy_secs, s.collate.busy_secs]
 }
 
 /// Samples kept from the read stage for the transform and collate stages.
@@ -547,22 +575,34 @@ pub fn wait_fraction(step: f64, b: usize, rate: f64) -> f64 {
 
 /// The bottleneck, the recommendations and the rules every loader has.
 fn conclude(d: &mut Diagnosis) {
-    let cost = |name: &str| d.stage(name).map_or(0.0, |s| s.secs_per_sample);
-    let worker = [
-        ("read", cost("read")),
-        ("transform", cost("transform")),
-        ("collate", cost("collate")),
-    ];
-    let total: f64 = worker.iter().map(|(_, c)| c).sum();
-    d.worker_shares = worker
+    // Where the workers spent their time in the fastest trial (a stage that waits on the
+    // network or a lock shows there, whatever it costs alone); failing that, the stages'
+    // costs alone (a worker runs the three in turn).
+    let fastest = d
+        .trials
         .iter()
-        .map(|(s, c)| (s.to_string(), if total > 0.0 { c / total } else { 0.0 }))
-        .collect();
-    let (mut bottleneck, _) =
-        worker.iter().copied().fold(
-            ("read", -1.0),
-            |best, x| if x.1 > best.1 { x } else { best },
-        );
+        .filter(|t| t.busy_shares.iter().any(|(_, x)| *x > 0.0))
+        .max_by(|a, b| a.samples_per_sec.total_cmp(&b.samples_per_sec));
+    d.worker_shares = match fastest {
+        Some(t) => t.busy_shares.clone(),
+        None => {
+            let cost: Vec<f64> = STAGES
+                .iter()
+                .map(|name| d.stage(name).map_or(0.0, |s| s.secs_per_sample))
+                .collect();
+            let total: f64 = cost.iter().sum();
+            STAGES
+                .iter()
+                .zip(&cost)
+                .map(|(s, c)| (s.to_string(), if total > 0.0 { c / total } else { 0.0 }))
+                .collect()
+        }
+    };
+    let mut bottleneck = d
+        .worker_shares
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or("read".to_string(), |(s, _)| s.clone());
     let best = d
         .trials
         .iter()
@@ -575,9 +615,9 @@ fn conclude(d: &mut Diagnosis) {
     if let Some(limit) = consumer_limit
         && best >= 0.8 * limit
     {
-        bottleneck = "consumer";
+        bottleneck = "consumer".into();
     }
-    d.bottleneck = bottleneck.into();
+    d.bottleneck = bottleneck;
 
     // The recommendation: the fewest workers that keep up, else about the best.
     let pick = match d.required_samples_per_sec {
