@@ -120,7 +120,8 @@ class Loader:
       step waited, over the last ``stats_window`` seconds (tqdm when installed, a plain line
       on stderr otherwise); ``len(loader)`` stays the batch count for your own bars.
     - ``metrics_port`` / ``metrics_address``: serve every loader's metrics for Prometheus at
-      ``http://ADDRESS:PORT/metrics`` (``chute.serve_metrics``; 0 picks a free port);
+      ``http://ADDRESS:PORT/metrics`` (``chute.serve_metrics``), the port plus ``LOCAL_RANK``
+      (so torchrun's processes on a node take consecutive ports; 0 picks a free port);
       ``name`` labels this loader's series (``loader="train"``), beside its ``rank``.
     - ``stats_window``: the seconds ``stats()["window"]`` covers (default 10).
 
@@ -275,6 +276,12 @@ class Loader:
         # The engine: the Rust loader, or for an iterable dataset its stand-in with the same
         # interface.
         self._inner: Union[_chute.Loader, _IterableEngine]
+        if iterable and (metrics_port is not None or name is not None):
+            raise ConfigError(
+                "invalid metrics_port/name: an iterable dataset is read by its own __iter__, "
+                "outside chute's engine, which has no metrics of it; use a map-style dataset "
+                "or a chute source"
+            )
         if iterable:
             self._inner = _IterableEngine(
                 source,
@@ -328,7 +335,9 @@ class Loader:
             stats_window=stats_window,
         )
         if metrics_port is not None:
-            _chute.serve_metrics(metrics_port, metrics_address)
+            # One port per process on a node: torchrun's ranks there are LOCAL_RANK 0, 1...
+            _chute.serve_metrics(metrics_port + self.local_rank if metrics_port else 0,
+                                 metrics_address)
         self._inner = inner
         self.output = output
         _live.add(inner)
@@ -341,7 +350,11 @@ class Loader:
         """The rest of the current epoch (from its start, unless resumed mid-epoch)."""
         batches = self._batches()
         if self.progress:
-            return _progress.bar(batches, len(self), self.epoch, self.stats)
+            try:
+                total = len(self)
+            except TypeError:  # an iterable dataset without __len__
+                total = 0
+            return _progress.bar(batches, total, self.epoch, self.stats)
         return batches
 
     def _batches(self) -> Iterator[Any]:
@@ -448,7 +461,12 @@ class Loader:
             seconds=seconds,
             try_workers=list(try_workers) if try_workers is not None else None,
         )
-        return Diagnosis(json.loads(text))
+        d = Diagnosis(json.loads(text))
+        # In Python the queue depth is prefetch_factor * num_workers.
+        d["recommended_prefetch_factor"] = max(
+            1, -(-int(d["recommended_prefetch"]) // max(int(d["recommended_workers"]), 1))
+        )
+        return d
 
     @property
     def pinned(self) -> bool:
@@ -828,8 +846,10 @@ def _torch_dataset_class() -> type:
 class Diagnosis(Dict[str, Any]):
     """What ``chute.doctor`` found, as a dict (the fields of Rust's ``Diagnosis``:
     ``stages``, ``trials``, ``bottleneck``, ``recommended_workers``, ``recommended_prefetch``,
-    ``predicted_wait_fraction``, ``advice`` (``[{"rule": ..., "message": ...}]``)...);
-    ``str()`` gives the report in plain words (``text``)."""
+    ``predicted_wait_fraction``, ``advice`` (``[{"rule": ..., "message": ...}]``)...), plus
+    ``recommended_prefetch_factor`` (``recommended_prefetch``, the queue depth, as
+    ``chute.Loader``'s ``prefetch_factor``); ``str()`` gives the report in plain words
+    (``text``)."""
 
     def __str__(self) -> str:
         return str(self.get("text", ""))

@@ -11,8 +11,12 @@ from typing import Any, Callable, Dict, Iterator, Optional
 _REFRESH = 0.5
 
 
-def _figures(stats: Dict[str, Any]) -> str:
-    window = stats.get("window") or stats
+def _figures(stats: Callable[[], Dict[str, Any]]) -> str:
+    try:
+        s = stats()
+    except Exception:  # a closed loader: the bar ends without figures
+        return ""
+    window = s.get("window") or s
     rate = float(window.get("samples_per_sec", 0.0))
     wait = float(window.get("wait_fraction", 0.0))
     return f"{rate:,.0f} samples/s, waited {wait * 100:.0f}%"
@@ -41,17 +45,17 @@ def bar(
 def _tqdm(
     batches: Iterator[Any], total: int, epoch: int, stats: Callable[[], Dict[str, Any]], tqdm: Any
 ) -> Iterator[Any]:
-    progress = tqdm(total=total, desc=f"epoch {epoch}", unit="batch")
+    progress = tqdm(total=total or None, desc=f"epoch {epoch}", unit="batch")
     last = 0.0
     try:
         for b in batches:
             progress.update(1)
             now = time.monotonic()
             if now - last >= _REFRESH:
-                progress.set_postfix_str(_figures(stats()), refresh=False)
+                progress.set_postfix_str(_figures(stats), refresh=False)
                 last = now
             yield b
-        progress.set_postfix_str(_figures(stats()), refresh=False)
+        progress.set_postfix_str(_figures(stats), refresh=False)
     finally:
         progress.close()
 
@@ -64,7 +68,8 @@ def _plain(
 
     def line() -> str:
         pct = f" ({done * 100 // total}%)" if total else ""
-        return f"\repoch {epoch}: {done}/{total} batches{pct}, {_figures(stats())}"
+        of = f"/{total}" if total else ""
+        return f"\repoch {epoch}: {done}{of} batches{pct}, {_figures(stats)}"
 
     try:
         for b in batches:

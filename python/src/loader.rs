@@ -169,10 +169,13 @@ impl Loader {
         name: Option<String>,
         stats_window: f64,
     ) -> PyResult<Self> {
-        if !(stats_window > 0.0 && stats_window.is_finite()) {
+        if !(stats_window > 0.0 && stats_window <= 86_400.0) {
             return Err(errors::from_config(chute::ConfigError::new(
                 "stats_window",
-                format!("{stats_window} seconds; it must be more than 0 (the default is 10)"),
+                format!(
+                    "{stats_window} seconds; it must be more than 0 and at most a day (the \
+                     default is 10)"
+                ),
             )));
         }
         if !(timeout >= 0.0 && timeout.is_finite()) {
@@ -338,6 +341,17 @@ impl Loader {
         seconds: f64,
         try_workers: Option<Vec<usize>>,
     ) -> PyResult<String> {
+        let duration = |name: &str, v: f64| {
+            // Up to a day: more is a mistake, and Duration would overflow far beyond.
+            if v > 0.0 && v <= 86_400.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(errors::from_config(chute::ConfigError::new(
+                    name,
+                    format!("{v}; it must be more than 0 and at most a day"),
+                )))
+            }
+        };
         let positive = |name: &str, v: f64| {
             if v > 0.0 && v.is_finite() {
                 Ok(v)
@@ -349,9 +363,9 @@ impl Loader {
             }
         };
         let options = chute::doctor::DoctorOptions {
-            trial: Duration::from_secs_f64(positive("seconds", seconds)?),
+            trial: duration("seconds", seconds)?,
             step: step_ms
-                .map(|ms| positive("step_ms", ms).map(|ms| Duration::from_secs_f64(ms / 1e3)))
+                .map(|ms| duration("step_ms", ms / 1e3))
                 .transpose()?,
             target_samples_per_sec: target_samples_per_s
                 .map(|r| positive("target_samples_per_s", r))
@@ -360,14 +374,22 @@ impl Loader {
         };
         let output = self.output.as_ref().map(|o| o.clone_ref(py));
         let ops = self.ops.clone();
+        let interrupt = Arc::clone(&self.interrupt);
         let loader = self.loader()?;
         let mut failed: Option<PyErr> = None;
+        // Each batch as `__next__` hands it over; Ctrl-C (or a conversion error) stops the
+        // doctor at the next batch.
         let mut crossing = |batch: Batch| {
             Python::attach(|py| {
-                if let Err(e) = columns_to_dict(py, batch.columns, output.as_ref())
-                    && failed.is_none()
-                {
-                    failed = Some(e);
+                let result = py
+                    .check_signals()
+                    .and_then(|()| columns_to_dict(py, batch.columns, output.as_ref()).map(drop));
+                match result {
+                    Ok(()) => true,
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                        false
+                    }
                 }
             })
         };
@@ -375,15 +397,17 @@ impl Loader {
             ops: ops.as_ref(),
             opened_in: None,
         };
-        let d = py
-            .detach(|| chute::doctor::diagnose(loader, &options, context, Some(&mut crossing)))
-            .map_err(errors::to_py)?;
+        let d =
+            py.detach(|| chute::doctor::diagnose(loader, &options, context, Some(&mut crossing)));
+        // An interrupt raised in a transform or a dataset, or in the hand-over, is raised as
+        // itself, before the error it caused.
+        if let Some(e) = interrupt.take() {
+            return Err(e);
+        }
         if let Some(e) = failed {
             return Err(e);
         }
-        if let Some(e) = self.interrupt.take() {
-            return Err(e);
-        }
+        let d = d.map_err(errors::to_py)?;
         let mut json = serde_json::to_value(&d).map_err(|e| errors::chute_error(e.to_string()))?;
         json["text"] = d.to_text().into();
         Ok(json.to_string())

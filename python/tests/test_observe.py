@@ -32,7 +32,7 @@ def test_stats_have_windows_epochs_queue_and_histogram(source100):
     assert s["samples"] == 100 and s["batches"] == 10
     assert s["window_secs"] == 5.0
     assert s["window"]["samples"] == 100
-    assert s["current_epoch"]["samples"] == 100 and s["last_epoch"] is None
+    assert s["current_epoch"]["samples"] == 100 and s["last_epoch"]["samples"] == 100
     assert set(s["queue"]) == {"ready", "in_flight", "capacity", "workers"}
     h = s["wait_histogram"]
     assert h["count"] == 10 and h["buckets"][-1][1] <= 10

@@ -3,6 +3,8 @@
 //! - `overhead`: trivial samples end to end with 2 workers (engine cost per sample);
 //! - `stats`: `Loader::stats()` (cheap enough to call every step?) and the Prometheus
 //!   exposition of one loader, beside one delivered batch of `overhead` (256 samples);
+//! - `planner`: `chute plan`'s computation for 1,024 ranks on 128 nodes over 10^9 samples
+//!   in 100,000 shards (block and global shuffle);
 //! - `tokens`: token batches (seq_len 1024, batch 16, global shuffle, int64 out) from a
 //!   memory-mapped file in page cache, against single-thread memcpy of the same bytes.
 //!
@@ -109,6 +111,33 @@ fn stats(c: &mut Criterion) {
     g.finish();
 }
 
+fn planner(c: &mut Criterion) {
+    use chute::core::planner::{PlanQuery, plan_job};
+    let shards = (0..100_000)
+        .map(|i| ShardInfo {
+            path: format!("s3://bucket/train-{i:06}.tar"),
+            samples: 10_000,
+            bytes: 1 << 30,
+        })
+        .collect();
+    let manifest = Manifest::new("webdataset", shards);
+    let mut g = c.benchmark_group("planner");
+    g.sample_size(10);
+    for shuffle in [Shuffle::block(), Shuffle::Global] {
+        let q = PlanQuery {
+            shuffle,
+            world_size: 1024,
+            nodes: 128,
+            batch_size: 32,
+            ..PlanQuery::default()
+        };
+        g.bench_function(format!("1024_ranks_1e9_samples/shuffle={shuffle}"), |b| {
+            b.iter(|| black_box(plan_job(&manifest, &q).unwrap().epochs[0].bytes))
+        });
+    }
+    g.finish();
+}
+
 fn tokens(c: &mut Criterion) {
     const TOKENS: u64 = 64 << 20; // 128 MiB of uint16, in page cache after the first epoch
     const SEQ: usize = 1024;
@@ -193,5 +222,5 @@ fn tokens(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, overhead, stats, tokens);
+criterion_group!(benches, overhead, stats, planner, tokens);
 criterion_main!(benches);

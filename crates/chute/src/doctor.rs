@@ -30,12 +30,13 @@ pub struct Context<'a> {
 }
 
 /// Runs the engine's doctor on `loader`, then the format, storage and ops rules. `crossing`
-/// is the consumer's hand-over of a batch (Python's conversion), timed when given.
+/// is the consumer's hand-over of a batch (Python's conversion), timed when given; it returns
+/// false to stop (an interrupt).
 pub fn diagnose(
     loader: &Loader,
     options: &DoctorOptions,
     context: Context<'_>,
-    crossing: Option<&mut dyn FnMut(Batch)>,
+    crossing: Option<&mut dyn FnMut(Batch) -> bool>,
 ) -> Result<Diagnosis, Error> {
     let cache = page_cache(loader);
     let mut d = chute_pipeline::doctor::diagnose(loader, options, crossing)?;
@@ -136,7 +137,8 @@ pub fn diagnose(
 /// whose decode is not fused with a resize or crop). The size comes from the first sample's
 /// JPEG header.
 fn reduced_decode(loader: &Loader, d: &Diagnosis, ops: Option<&Pipeline>) -> Option<String> {
-    let first = loader.plan().ok()?.get(0);
+    let plan = loader.plan().ok().filter(|p| !p.is_empty())?;
+    let first = plan.get(0);
     let sample = loader.source().read(first).ok()?;
     let (name, (h, w)) = sample.fields.iter().find_map(|(k, f)| match f {
         chute_core::Field::Bytes(b) if b.starts_with(&[0xFF, 0xD8, 0xFF]) => {

@@ -83,7 +83,7 @@ fn parse_on_error(s: &str) -> Result<OnError, String> {
     s.parse::<OnError>().map_err(|e| e.to_string())
 }
 
-fn parse_shuffle(s: &str) -> Result<Shuffle, String> {
+pub(crate) fn parse_shuffle(s: &str) -> Result<Shuffle, String> {
     s.parse::<Shuffle>().map_err(|e| e.to_string())
 }
 
@@ -322,7 +322,8 @@ pub(crate) fn finish(summary: &Summary, run: &RunArgs, title: &str) -> anyhow::R
         }
     }
     if run.metrics_port.is_some() && run.metrics_hold > 0.0 {
-        std::thread::sleep(Duration::from_secs_f64(run.metrics_hold));
+        // At most a day (and no panic on a huge or infinite value).
+        std::thread::sleep(Duration::from_secs_f64(run.metrics_hold.min(86_400.0)));
     }
     Ok(())
 }

@@ -42,11 +42,14 @@ pub(crate) struct DoctorArgs {
 }
 
 pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<()> {
-    if !(args.seconds > 0.0 && args.seconds.is_finite()) {
-        bail!("--seconds must be more than 0, got {}", args.seconds);
+    if !(args.seconds > 0.0 && args.seconds <= 3600.0) {
+        bail!(
+            "--seconds must be more than 0 and at most 3600, got {}",
+            args.seconds
+        );
     }
     let step = match args.step_ms {
-        Some(ms) if ms > 0.0 && ms.is_finite() => Some(Duration::from_secs_f64(ms / 1e3)),
+        Some(ms) if ms > 0.0 && ms <= 86_400_000.0 => Some(Duration::from_secs_f64(ms / 1e3)),
         Some(ms) => bail!("--step-ms must be more than 0, got {ms}"),
         None => None,
     };

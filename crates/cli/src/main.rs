@@ -1,4 +1,4 @@
-//! The `chute` command: `demo`, `bench`, `doctor`, `tokens`, `convert`, `index`, `inspect`, `verify`, `cat`.
+//! The `chute` command: `demo`, `bench`, `doctor`, `plan`, `tokens`, `convert`, `index`, `inspect`, `verify`, `cat`.
 
 mod bench;
 mod convert;
@@ -7,6 +7,7 @@ mod demo;
 mod doctor;
 mod index;
 mod inspect;
+mod plan;
 #[cfg(feature = "plot")]
 mod plot;
 #[cfg(not(feature = "plot"))]
@@ -32,6 +33,10 @@ mod plot {
     }
 
     pub(crate) fn check_name(_: &Path) -> anyhow::Result<()> {
+        missing()
+    }
+
+    pub(crate) fn plan(_: &Path, _: &chute::core::planner::JobPlan) -> anyhow::Result<()> {
         missing()
     }
 }
@@ -62,6 +67,10 @@ enum Command {
     /// Run the pipeline briefly on a dataset and say which stage binds (read, transform,
     /// collate), how many workers keep a given step fed, and what else to change.
     Doctor(Box<doctor::DoctorArgs>),
+    /// Compute, without reading data, what each rank and node of a job reads: samples,
+    /// batches, shards, bytes to download, shards split between ranks, samples dropped or
+    /// repeated, and with --bandwidth / --step-ms the epoch time and the steps' wait.
+    Plan(Box<plan::PlanArgs>),
     /// Write a token file (flat little-endian uint16/uint32 ids) from text or .npy.
     Tokens(tokens::TokensArgs),
     /// Tokenize text (JSON Lines, Parquet, Arrow, text files) with a tokenizer.json into a
@@ -88,6 +97,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(*a),
         Command::Doctor(a) => doctor::run(*a),
+        Command::Plan(a) => plan::run(*a),
         Command::Tokens(a) => tokens::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Convert(a) => convert::run(a),

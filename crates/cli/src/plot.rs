@@ -54,6 +54,72 @@ pub(crate) fn doctor(path: &Path, d: &Diagnosis) -> anyhow::Result<()> {
     })
 }
 
+/// Writes a plan's bytes per node and epoch to `path` (`.png` or `.html`).
+pub(crate) fn plan(path: &Path, job: &chute::core::planner::JobPlan) -> anyhow::Result<()> {
+    let summary = format!(
+        "{} samples in {} shards, {} ranks on {} nodes, shuffle {}",
+        job.total_samples, job.shards, job.world_size, job.nodes, job.shuffle
+    );
+    write(path, "chute plan", &summary, 1, &|c| match c {
+        Charts::Svg(root, _) => plan_panel(root, job),
+        Charts::Png(root, _) => plan_panel(root, job),
+    })
+}
+
+fn plan_panel<DB: DrawingBackend>(
+    root: &Area<DB>,
+    job: &chute::core::planner::JobPlan,
+) -> anyhow::Result<()> {
+    root.fill(&WHITE).map_err(err)?;
+    let root = root
+        .titled("chute plan: bytes each node downloads", ("sans-serif", 22))
+        .map_err(err)?;
+    let nodes = job.nodes.max(1) as f64;
+    let top = job
+        .epochs
+        .iter()
+        .flat_map(|e| e.nodes.iter().map(|k| k.bytes as f64))
+        .fold(1.0, f64::max)
+        * 1.15;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(8)
+        .x_label_area_size(32)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0.0..nodes, 0.0..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("node")
+        .y_desc("bytes per epoch")
+        .x_label_formatter(&|x| format!("{:.0}", x.floor()))
+        .y_label_formatter(&|y| compact(*y))
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    let epochs = job.epochs.len().max(1) as f64;
+    for (i, e) in job.epochs.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(e.nodes.iter().map(|k| {
+                let x0 = k.node as f64 + 0.1 + 0.8 * i as f64 / epochs;
+                let x1 = x0 + 0.8 / epochs;
+                Rectangle::new([(x0, 0.0), (x1, k.bytes as f64)], color.filled())
+            }))
+            .map_err(err)?
+            .label(format!("epoch {}", e.epoch))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
 /// Refuses a `--plot` name that is neither `.png` nor `.html` before anything runs.
 pub(crate) fn check_name(path: &Path) -> anyhow::Result<()> {
     let name = path.to_string_lossy().to_ascii_lowercase();

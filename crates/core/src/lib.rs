@@ -5,6 +5,7 @@
 //! - [`Batch`] and [`Column`]: `[B, ...]` tensors and variable-length columns.
 //! - [`Manifest`]: shards with sample counts and sizes (JSON on disk).
 //! - [`Plan`] and [`Shuffle`]: the exact, pure order of samples a rank reads in an epoch.
+//! - [`planner`]: what every rank and node of a job reads, from the manifest alone.
 //! - [`State`]: a checkpoint as a position.
 //! - [`SampleRng`]: per-sample randomness seeded from (seed, epoch, index).
 //! - [`Error`], [`ConfigError`], [`StateError`]: variants by what the caller does next.
@@ -47,6 +48,7 @@ mod manifest;
 pub mod mixture;
 pub mod npy;
 mod plan;
+pub mod planner;
 mod rng;
 mod sample;
 mod source;

@@ -485,6 +485,32 @@ impl Plan {
         }
     }
 
+    /// The positions rank `rank` of this plan's configuration reads, as `(first, count)` of
+    /// a contiguous run (block mode) or of a run strided by the world size; positions past
+    /// the epoch wrap to its start (padding), as [`Plan::get`] does. For the planner.
+    pub(crate) fn rank_positions(&self, rank: u64) -> (u64, u64) {
+        let first = if self.is_contiguous() {
+            self.cfg.start + rank * self.per_rank
+        } else {
+            self.cfg.start + rank
+        };
+        (first, self.len)
+    }
+
+    /// Block mode: the shuffled shard order, the positions where each of its shards starts
+    /// (with the end), and the shards per window. For the planner.
+    pub(crate) fn block_layout(&self) -> Option<(&[u32], &[u64], usize)> {
+        match &self.order {
+            Order::Block {
+                shards,
+                prefix,
+                window,
+                ..
+            } => Some((shards, prefix, *window)),
+            _ => None,
+        }
+    }
+
     /// This rank's sample ids in order.
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.len).map(|i| self.get(i))

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chute_core::{Batch, Error, Field, Sample, SampleRng};
+use chute_core::{Batch, ConfigError, Error, Field, Sample, SampleRng};
 use serde::Serialize;
 
 use crate::Loader;
@@ -247,11 +247,14 @@ fn rate(x: f64) -> String {
 }
 
 /// The consumer's hand-over of each batch (in Python: the conversion into tensors), timed by
-/// the doctor.
-pub type Crossing<'a> = &'a mut dyn FnMut(Batch);
+/// the doctor; it returns false to stop the doctor (an interrupt), which then fails.
+pub type Crossing<'a> = &'a mut dyn FnMut(Batch) -> bool;
 
 /// Runs the doctor on `loader`'s source, transforms and options (the loader itself is not
-/// advanced). Fails with the first error a stage met (a sample that does not read, say).
+/// advanced; its source is given the loader's plan again at the end, but a source's own
+/// counters, such as a mixture's samples per component, include the doctor's reads). Fails
+/// with the first error a stage met (a sample that does not read, say), or when `crossing`
+/// asks to stop.
 pub fn diagnose(
     loader: &Loader,
     options: &DoctorOptions,
@@ -277,7 +280,7 @@ pub fn diagnose(
         for s in source.read_many(&ids) {
             let s = s?;
             read += 1;
-            if kept_bytes < KEEP_BYTES && kept.len() < KEEP_SAMPLES {
+            if kept_bytes < KEEP_BYTES / 2 && kept.len() < KEEP_SAMPLES {
                 kept_bytes += sample_bytes(&s);
                 kept.push(s);
             }
@@ -289,6 +292,7 @@ pub fn diagnose(
 
     // 2. transform alone, over the kept samples (again and again if they run out).
     let mut transformed: Vec<Sample> = Vec::with_capacity(kept.len());
+    let mut transformed_bytes = 0usize;
     if let Some(t) = &transform
         && !kept.is_empty()
     {
@@ -305,7 +309,8 @@ pub fn diagnose(
                     },
                     source,
                 })?;
-            if transformed.len() < kept.len() {
+            if transformed.len() < kept.len() && transformed_bytes < KEEP_BYTES / 2 {
+                transformed_bytes += sample_bytes(&s);
                 transformed.push(s);
             }
             done += 1;
@@ -329,7 +334,7 @@ pub fn diagnose(
         let pool = chute_core::BufferPool::new(8);
         let batches = transformed.len() / b;
         let (mut done, t0) = (0u64, Instant::now());
-        while t0.elapsed() < trial / 2 {
+        while t0.elapsed() < trial {
             let k = (done as usize) % batches;
             collate_samples(&transformed[k * b..(k + 1) * b], &pool, o.pad)?;
             done += 1;
@@ -376,6 +381,7 @@ pub fn diagnose(
         opts.num_workers = w;
         opts.prefetch = o.prefetch.max(1);
         opts.name = "doctor".into();
+        opts.metrics_addr = None;
         let mut builder = Loader::builder_arc(Arc::clone(&source)).options(opts);
         if let Some(t) = &transform {
             builder = builder.transform_arc(Arc::clone(t));
@@ -384,11 +390,12 @@ pub fn diagnose(
         l.set_epoch(loader.epoch());
         // Timed after a warm-up: the start-up (threads, the first batches built side by side,
         // then handed over in a burst) is skipped, and the rate is that of the batches after
-        // the first `workers + prefetch` (a whole queue) and a tenth of the trial, over as many
-        // epochs as the trial takes (each epoch's own start-up then counts, as in training).
-        let warm_batches = (w + o.prefetch.max(1)) as u64;
+        // the first `workers + 1` and a tenth of the trial, over as many epochs as the trial
+        // takes (each epoch's own start-up then counts, as in training). A trial too slow to
+        // warm up is timed from its start instead.
+        let warm_batches = w as u64 + 1;
         let mut gaps = Vec::new();
-        let (mut seen, mut samples, mut batches) = (0u64, 0u64, 0u64);
+        let (mut seen, mut samples, mut batches, mut all_samples) = (0u64, 0u64, 0u64, 0u64);
         let mut started: Option<Instant> = None;
         let mut busy_before = [0.0; 3];
         let mut last = Instant::now();
@@ -404,9 +411,17 @@ pub fn diagnose(
                 let len = batch.len() as u64;
                 if let Some(c) = crossing.as_mut() {
                     let tc = Instant::now();
-                    c(batch);
+                    let go_on = c(batch);
                     cross_secs += tc.elapsed().as_secs_f64();
                     cross_samples += len;
+                    if !go_on {
+                        source.set_plan(&plan);
+                        return Err(ConfigError::new(
+                            "doctor",
+                            "stopped by the consumer (interrupted)",
+                        )
+                        .into());
+                    }
                 } else {
                     drop(batch);
                 }
@@ -423,9 +438,10 @@ pub fn diagnose(
                         gaps.push(now.duration_since(last).as_secs_f64());
                     }
                 }
-                last = Instant::now();
+                all_samples += len;
+                last = now;
                 let enough = t0.elapsed() >= trial && batches >= 3;
-                if enough || t0.elapsed() >= 4 * trial {
+                if enough || t0.elapsed() >= trial.saturating_mul(4) {
                     break 'trial;
                 }
             }
@@ -433,7 +449,10 @@ pub fn diagnose(
                 break;
             }
         }
-        let secs = started.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        let (samples, secs) = match started {
+            Some(s) => (samples, s.elapsed().as_secs_f64()),
+            None => (all_samples, t0.elapsed().as_secs_f64()),
+        };
         let busy_after = busy(&l);
         let spent: Vec<f64> = (0..3)
             .map(|k| (busy_after[k] - busy_before[k]).max(0.0))
@@ -467,6 +486,8 @@ pub fn diagnose(
             busy_shares,
         });
     }
+    // The loader's source reads the loader's plan again.
+    source.set_plan(&plan);
     if crossing.is_some() {
         stages.push(figure("consumer", cross_samples, cross_secs));
     }
@@ -635,8 +656,9 @@ fn conclude(d: &mut Diagnosis) {
         d.predicted_wait_fraction = t.predicted_wait_fraction;
         // Bursty deliveries (shard downloads, uneven samples) need a deeper queue: enough
         // slots to cover the slow gaps.
-        d.recommended_prefetch = if t.gap_p50_ms > 0.0 && t.gap_p95_ms > 2.0 * t.gap_p50_ms {
-            ((t.gap_p95_ms / t.gap_p50_ms).ceil() as usize).clamp(2, 16)
+        // (A gap under a millisecond is noise, whatever the ratio.)
+        d.recommended_prefetch = if t.gap_p95_ms >= 1.0 && t.gap_p95_ms > 2.0 * t.gap_p50_ms {
+            ((t.gap_p95_ms / t.gap_p50_ms.max(0.1)).ceil() as usize).clamp(2, 16)
         } else {
             2
         };
@@ -655,7 +677,8 @@ fn conclude(d: &mut Diagnosis) {
             .unwrap_or_default();
         let message = match d.required_samples_per_sec {
             Some(r) if d.recommended_workers < d.num_workers => format!(
-                "num_workers={} is enough: {} samples/s against the {} the step needs{now};                  the spare cores can go to the training process",
+                "num_workers={} is enough: {} samples/s against the {} the step needs{now}; \
+                 the spare cores can go to the training process",
                 d.recommended_workers,
                 rate(d.expected_samples_per_sec),
                 rate(r)

@@ -400,6 +400,7 @@ impl Loader {
     pub fn set_epoch(&mut self, epoch: u64) {
         if epoch != self.plan_cfg.epoch {
             self.run = None;
+            self.pending_wait = Duration::ZERO;
             self.plan_cfg.epoch = epoch;
             self.plan_cfg.start = 0;
             self.delivered = 0;
@@ -509,6 +510,7 @@ impl Loader {
         };
         let total = self.source.manifest().total_samples();
         self.run = None;
+        self.pending_wait = Duration::ZERO;
         self.plan_cfg.epoch = state.epoch;
         if start >= total {
             // The old ranks had read everything: the epoch is over.
@@ -555,10 +557,13 @@ impl Loader {
             &mut self.pool,
             BufferPool::new(POOL_IDLE),
         ));
+        let old = Arc::as_ptr(&self.stats);
         std::mem::forget(std::mem::replace(
             &mut self.stats,
             Arc::new(Stats::new(self.options.stats_window)),
         ));
+        self.pending_wait = Duration::ZERO;
+        crate::metrics::register_after_fork(self, old);
         if self.options.pin_memory {
             self.pin_memory_fallback = Some("a forked child cannot use CUDA".into());
         }
@@ -606,6 +611,8 @@ impl Loader {
     /// Ends the epoch: `None` once, then the loader stands at the next epoch.
     fn end_epoch(&mut self) -> Option<Result<Batch, Error>> {
         self.run = None;
+        self.pending_wait = Duration::ZERO;
+        self.stats.epoch_ended();
         self.plan_cfg.epoch += 1;
         self.plan_cfg.start = 0;
         self.delivered = 0;

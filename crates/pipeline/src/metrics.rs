@@ -23,7 +23,8 @@
 //! | `chute_mixture_samples_total{component}`, `chute_mixture_target_ratio{component}` | counter, gauge | a mixture's samples per component and its target share |
 //!
 //! The server is bound to `127.0.0.1` unless another address is given; it answers `GET
-//! /metrics` (and `/`), one connection at a time, with a 5 s timeout per connection.
+//! /metrics` (and `/`), one connection at a time, each given 5 s in all. A loader whose rank
+//! and name a live loader already has is labelled `name#2`, `name#3`...
 //!
 //! [`LoaderOptions::name`]: crate::LoaderOptions::name
 
@@ -61,26 +62,52 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Adds a newly built loader to the exposition.
+/// Adds a newly built loader to the exposition. A name a live loader of the same rank has
+/// already gets `#2`, `#3`... so no two series share their labels.
 pub(crate) fn register(loader: &Loader) {
+    let mut r = registry();
+    add(&mut r, loader);
+}
+
+/// [`register`] in a forked child: the registry's lock may have been held by the parent's
+/// metrics thread, which does not exist here, so the loader is registered only if the lock
+/// is free (its metrics are then missing in the child rather than the child hanging).
+/// The entry of the parent's counters (`old`, leaked there) is replaced.
+pub(crate) fn register_after_fork(loader: &Loader, old: *const Stats) {
+    if let Ok(mut r) = REGISTRY.try_lock() {
+        r.retain(|e| !std::ptr::eq(e.stats.as_ptr(), old));
+        add(&mut r, loader);
+    }
+}
+
+fn add(r: &mut Vec<Entry>, loader: &Loader) {
     let n = BUILT.fetch_add(1, Ordering::Relaxed);
     let (stats, source) = loader.metrics_parts();
     let o = loader.options();
-    let entry = Entry {
+    r.retain(|e| e.stats.strong_count() > 0);
+    let base = if o.name.is_empty() {
+        n.to_string()
+    } else {
+        o.name.clone()
+    };
+    let taken = |name: &str| {
+        r.iter()
+            .any(|e| e.labels.rank == o.rank && e.labels.loader == name)
+    };
+    let mut name = base.clone();
+    let mut k = 2;
+    while taken(&name) {
+        name = format!("{base}#{k}");
+        k += 1;
+    }
+    r.push(Entry {
         stats: Arc::downgrade(stats),
         source: Arc::downgrade(source),
         labels: Labels {
             rank: o.rank,
-            loader: if o.name.is_empty() {
-                n.to_string()
-            } else {
-                o.name.clone()
-            },
+            loader: name,
         },
-    };
-    let mut r = registry();
-    r.retain(|e| e.stats.strong_count() > 0);
-    r.push(entry);
+    });
 }
 
 /// Every live loader's labels and figures, in the order they were built.
@@ -384,6 +411,8 @@ fn escape(v: &str) -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct MetricsServer {
     addr: SocketAddr,
+    /// The process whose thread serves it (a forked child has none).
+    pid: u32,
 }
 
 impl MetricsServer {
@@ -402,6 +431,9 @@ static SERVERS: Mutex<Vec<MetricsServer>> = Mutex::new(Vec::new());
 /// Fails if the address cannot be bound (in use, not this machine's).
 pub fn serve(addr: SocketAddr) -> io::Result<MetricsServer> {
     let mut servers = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    // A forked child inherits the list, not the threads.
+    servers.retain(|s| s.pid == pid);
     if addr.port() != 0
         && let Some(s) = servers.iter().find(|s| s.addr == addr)
     {
@@ -415,30 +447,53 @@ pub fn serve(addr: SocketAddr) -> io::Result<MetricsServer> {
     })?;
     let server = MetricsServer {
         addr: listener.local_addr()?,
+        pid,
     };
     crate::workers::spawn_service("chute-metrics", move || {
-        for stream in listener.incoming().flatten() {
-            let _ = answer(stream);
+        for stream in listener.incoming() {
+            match stream {
+                Ok(stream) => {
+                    let _ = answer(stream);
+                }
+                // Out of file descriptors, say: wait instead of spinning.
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
         }
     })?;
     servers.push(server);
     Ok(server)
 }
 
-/// Answers one HTTP/1.x request on `stream`, then closes it.
+/// How long one connection may take, all reads and writes together.
+const CONNECTION_TIME: Duration = Duration::from_secs(5);
+
+/// Answers one HTTP/1.x request on `stream`, then closes it. The request line is all it
+/// needs; a client has [`CONNECTION_TIME`] in all to send it and read the answer.
 fn answer(mut stream: TcpStream) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let deadline = std::time::Instant::now() + CONNECTION_TIME;
+    let left = || {
+        deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .max(Duration::from_millis(1))
+    };
     let mut request = Vec::with_capacity(1024);
     let mut buf = [0u8; 1024];
-    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+    while !request.contains(&b'\n') && request.len() <= 16 << 10 {
+        if std::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        stream.set_read_timeout(Some(left()))?;
         let n = stream.read(&mut buf)?;
-        if n == 0 || request.len() > 16 << 10 {
+        if n == 0 {
             break;
         }
         request.extend_from_slice(&buf[..n]);
     }
-    let line = request.split(|&b| b == b'\r').next().unwrap_or_default();
+    stream.set_write_timeout(Some(left()))?;
+    let line = request
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or_default();
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));

@@ -59,7 +59,9 @@ pub const WAIT_BUCKETS: [f64; 14] = [
 /// Skip reports kept for `stats()`.
 const SKIPPED_KEPT: usize = 32;
 
-/// Ticks per window: the window's figures span between `window` and `window * (1 + 1/50)`.
+/// Ticks per window: while batches arrive more often than that, the window's figures span
+/// between `window` and `window * (1 + 1/50)`; after a pause they span back to the last
+/// delivery before the window's start (`Window::secs` says how long).
 const TICKS_PER_WINDOW: u32 = 50;
 
 #[derive(Debug, Default)]
@@ -109,6 +111,8 @@ struct History {
     ticks: VecDeque<Tick>,
     epoch: u64,
     epoch_start: Tick,
+    /// The epoch's figures were closed by [`Stats::epoch_ended`].
+    closed: bool,
     last_epoch: Option<Window>,
 }
 
@@ -142,6 +146,7 @@ impl Stats {
                 ticks: VecDeque::from([zero]),
                 epoch: 0,
                 epoch_start: zero,
+                closed: false,
                 last_epoch: None,
             }),
         }
@@ -237,11 +242,26 @@ impl Stats {
         let tick = self.tick(now);
         let mut h = self.history();
         if h.epoch != epoch || h.epoch_start.at == 0 {
-            if h.epoch_start.at != 0 || h.epoch_start.counters.batches != tick.counters.batches {
+            if !h.closed
+                && (h.epoch_start.at != 0
+                    || h.epoch_start.counters.batches != tick.counters.batches)
+            {
                 h.last_epoch = Some(self.figures(&h.epoch_start, &tick));
             }
             h.epoch = epoch;
             h.epoch_start = tick;
+            h.closed = false;
+        }
+    }
+
+    /// The loader delivered the last batch of its epoch: the epoch's figures end here (the
+    /// time until the next epoch starts, a validation pass say, is in neither).
+    pub(crate) fn epoch_ended(&self) {
+        let tick = self.tick(self.now());
+        let mut h = self.history();
+        if !h.closed {
+            h.last_epoch = Some(self.figures(&h.epoch_start, &tick));
+            h.closed = true;
         }
     }
 
@@ -340,7 +360,10 @@ impl Stats {
             (
                 self.figures(&base, &tick),
                 h.epoch,
-                self.figures(&h.epoch_start, &tick),
+                match (&h.last_epoch, h.closed) {
+                    (Some(ended), true) => ended.clone(),
+                    _ => self.figures(&h.epoch_start, &tick),
+                },
                 h.last_epoch.clone(),
             )
         };
@@ -480,13 +503,16 @@ pub struct StatsSnapshot {
     ///
     /// [`LoaderOptions::stats_window`]: crate::LoaderOptions::stats_window
     pub window_secs: f64,
-    /// The same figures over the last `window_secs` seconds (less while the loader is younger).
+    /// The same figures over the last `window_secs` seconds: from the last delivery at or
+    /// before the window's start (so longer after a pause: `window.secs` says how long), or
+    /// from the start while the loader is younger.
     pub window: Window,
     /// The epoch the loader is reading (or last read).
     pub epoch: u64,
-    /// The figures since this process started reading `epoch`.
+    /// The figures since this process started reading `epoch`, frozen once it ended.
     pub current_epoch: Window,
-    /// The figures of the epoch before, if this loader read one.
+    /// The figures of the last epoch that ended (from its start in this process to its last
+    /// batch), if any.
     pub last_epoch: Option<Window>,
     /// Batches finished and waiting, being built, and the ring's size.
     pub queue: QueueStats,

@@ -198,3 +198,190 @@ fn a_killed_download_leaves_no_corrupt_cache_entry() {
     assert_eq!(again["digest"], local["digest"]);
     assert!(again["remote"]["cache_hits"].as_u64().unwrap() >= kept.len() as u64);
 }
+
+/// Shards of uneven sizes (`counts` samples each) with index files, and their manifest.
+fn uneven_shards(dir: &Path, counts: &[u64]) -> PathBuf {
+    let mut rng = SampleRng::from_key(11);
+    let mut paths = Vec::new();
+    let mut key = 0;
+    for (i, &n) in counts.iter().enumerate() {
+        let mut w = ShardWriter::new(
+            dir.join(format!("plan-{i:02}-%d.tar")).to_str().unwrap(),
+            ShardWriterOptions {
+                write_index: true,
+                ..ShardWriterOptions::default()
+            },
+        )
+        .unwrap();
+        for _ in 0..n {
+            let data: Vec<u8> = (0..100 + rng.below(3000))
+                .map(|_| rng.next_u64() as u8)
+                .collect();
+            w.write(&format!("k{key:05}"), &[("bin", &data)]).unwrap();
+            key += 1;
+        }
+        paths.extend(w.finish().unwrap().into_iter().map(|s| s.path));
+    }
+    let manifest = dir.join("manifest.json");
+    let mut args = vec!["index".to_string()];
+    args.extend(paths);
+    args.extend(["-o".into(), manifest.to_str().unwrap().into()]);
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    manifest
+}
+
+/// The shard of each global id, from the shards' sample counts.
+fn shard_of(counts: &[u64], id: u64) -> usize {
+    let mut end = 0;
+    counts
+        .iter()
+        .position(|&n| {
+            end += n;
+            id < end
+        })
+        .unwrap()
+}
+
+#[test]
+fn plan_figures_equal_what_the_ranks_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let counts = [13, 40, 7, 25, 31, 19, 60, 11];
+    let manifest = uneven_shards(dir.path(), &counts);
+    let m = manifest.to_str().unwrap();
+    for (shuffle, w, drop_last) in [
+        ("block:1", 3, false),
+        ("block:2", 4, true),
+        ("none", 1, false),
+        ("none", 3, false),
+        ("global", 2, true),
+    ] {
+        let mut args = vec![
+            "plan",
+            m,
+            "--world-size",
+            &w.to_string(),
+            "--batch-size",
+            "4",
+            "--shuffle",
+            shuffle,
+            "--seed",
+            "3",
+            "--json",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        if drop_last {
+            args.push("--drop-last".into());
+        }
+        let plan = json(&ok(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+        let what = format!("{shuffle} w={w} drop_last={drop_last}");
+        let streams = plan["streams_whole_shards"].as_bool().unwrap();
+        for r in 0..w {
+            let ids_file = dir.path().join(format!("ids-{r}"));
+            let mut bench = vec![
+                "bench",
+                m,
+                "--world-size",
+                &w.to_string(),
+                "--rank",
+                &r.to_string(),
+                "--batch-size",
+                "4",
+                "--shuffle",
+                shuffle,
+                "--seed",
+                "3",
+                "--quiet",
+                "--ids",
+                ids_file.to_str().unwrap(),
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+            if drop_last {
+                bench.push("--drop-last".into());
+            }
+            ok(&bench.iter().map(String::as_str).collect::<Vec<_>>());
+            let ids: Vec<u64> = std::fs::read_to_string(&ids_file)
+                .unwrap()
+                .lines()
+                .map(|l| l.parse().unwrap())
+                .collect();
+            let rank = &plan["epochs"][0]["ranks"][r as usize];
+            assert_eq!(rank["samples"].as_u64(), Some(ids.len() as u64), "{what}");
+            assert_eq!(
+                rank["batches"].as_u64(),
+                Some(ids.len().div_ceil(4) as u64),
+                "{what}"
+            );
+            let shards: std::collections::BTreeSet<usize> =
+                ids.iter().map(|&id| shard_of(&counts, id)).collect();
+            if shuffle != "global" {
+                assert_eq!(
+                    rank["shards"].as_f64(),
+                    Some(shards.len() as f64),
+                    "{what} rank {r}"
+                );
+            }
+            if streams {
+                let bytes: u64 = shards
+                    .iter()
+                    .map(|&s| {
+                        std::fs::metadata(dir.path().join(format!("plan-{s:02}-0.tar")))
+                            .unwrap()
+                            .len()
+                    })
+                    .sum();
+                assert_eq!(rank["bytes"].as_u64(), Some(bytes), "{what} rank {r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn plan_bytes_equal_what_ranks_download_over_http() {
+    let Some(s) = servers("plan_bytes") else {
+        return;
+    };
+    let counts = [13, 40, 7, 25, 31, 19, 60, 11];
+    uneven_shards(&s.dir, &counts);
+    let m = format!("{}/manifest.json", s.http);
+    let plan = json(&ok(&[
+        "plan",
+        &m,
+        "--world-size",
+        "3",
+        "--batch-size",
+        "4",
+        "--shuffle",
+        "block:1",
+        "--json",
+    ]));
+    for r in 0..3u64 {
+        let run = bench(&[
+            &m,
+            "--world-size",
+            "3",
+            "--rank",
+            &r.to_string(),
+            "--batch-size",
+            "4",
+            "--shuffle",
+            "block:1",
+        ]);
+        let rank = &plan["epochs"][0]["ranks"][r as usize];
+        // Whole shards downloaded: the plan's; bytes: those shards' plus their index files.
+        assert_eq!(
+            run["remote"]["shards_fetched"].as_f64(),
+            rank["shards"].as_f64(),
+            "rank {r}"
+        );
+        let fetched = run["remote"]["bytes_fetched"].as_u64().unwrap();
+        let planned = rank["bytes"].as_u64().unwrap();
+        assert!(
+            fetched >= planned && fetched < planned + 8 * 4096,
+            "rank {r}: {fetched} vs {planned}"
+        );
+    }
+}

@@ -40,7 +40,8 @@ fn stats_have_totals_windows_epochs_and_a_wait_histogram() {
     assert_eq!(s.window.samples, 500);
     assert_eq!(s.current_epoch.samples, 500);
     assert_eq!(s.epoch, 0);
-    assert!(s.last_epoch.is_none());
+    // The epoch ended with its last batch.
+    assert_eq!(s.last_epoch.as_ref().map(|w| w.samples), Some(500));
     let h = &s.wait_histogram;
     assert_eq!(h.count, 50);
     assert_eq!(h.buckets.len(), chute_pipeline::WAIT_BUCKETS.len());
@@ -331,7 +332,10 @@ fn the_doctor_names_a_slow_consumer() {
         .build()
         .unwrap();
     // The hand-over takes 10 ms a batch: at most 800 samples/s reach the step.
-    let mut crossing = |_b: chute_core::Batch| std::thread::sleep(Duration::from_millis(10));
+    let mut crossing = |_b: chute_core::Batch| {
+        std::thread::sleep(Duration::from_millis(10));
+        true
+    };
     let d = diagnose(&loader, &quick(&[1, 2]), Some(&mut crossing)).unwrap();
     assert_eq!(d.bottleneck, "consumer", "{}", d.to_text());
     assert!(d.has("consumer"));
@@ -389,4 +393,51 @@ fn the_doctor_deepens_the_queue_for_bursty_batches() {
     assert!(t.gap_p95_ms > 2.0 * t.gap_p50_ms, "{t:?}");
     assert!(d.recommended_prefetch > 2, "{}", d.to_text());
     assert!(d.has("prefetch"), "{}", d.to_text());
+}
+
+#[test]
+fn loaders_sharing_a_name_get_distinct_labels() {
+    let a = Loader::builder(Synthetic::new(&[4]))
+        .name("twin")
+        .build()
+        .unwrap();
+    let b = Loader::builder(Synthetic::new(&[4]))
+        .name("twin")
+        .build()
+        .unwrap();
+    let text = metrics::render();
+    assert!(text.contains(r#"loader="twin""#) && text.contains(r#"loader="twin#2""#));
+    drop((a, b));
+}
+
+#[test]
+fn a_silent_client_does_not_block_the_endpoint() {
+    let server = metrics::serve("127.0.0.1:0".parse().unwrap()).unwrap();
+    // A client that connects and sends a byte now and then, never a whole request line.
+    let mut slow = TcpStream::connect(server.addr()).unwrap();
+    slow.write_all(b"G").unwrap();
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(s, "GET /metrics HTTP/1.0\n\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 OK"), "{out}");
+    drop(slow);
+}
+
+#[test]
+fn an_ended_epoch_is_frozen_until_the_next_starts() {
+    let mut loader = Loader::builder(Synthetic::new(&[40]))
+        .batch_size(10)
+        .build()
+        .unwrap();
+    for b in &mut loader {
+        b.unwrap();
+    }
+    let ended = loader.stats();
+    std::thread::sleep(Duration::from_millis(30));
+    let later = loader.stats();
+    assert_eq!(ended.last_epoch, later.last_epoch);
+    assert_eq!(later.current_epoch, later.last_epoch.clone().unwrap());
+    assert_eq!(later.last_epoch.unwrap().samples, 40);
 }
