@@ -92,7 +92,22 @@ fn plan_panel<DB: DrawingBackend>(
         .disable_x_mesh()
         .x_desc("node")
         .y_desc("bytes per epoch")
-        .x_label_formatter(&|x| format!("{:.0}", x.floor()))
+        // A label under each bar's middle (node k's bars span k..k+1); every few for many.
+        .x_labels(if job.nodes <= 32 {
+            2 * job.nodes as usize + 1
+        } else {
+            11
+        })
+        .x_label_formatter(&|x| {
+            let k = x.floor();
+            if job.nodes > 32 {
+                format!("{k:.0}")
+            } else if (x - k - 0.5).abs() < 0.26 {
+                format!("{k:.0}")
+            } else {
+                String::new()
+            }
+        })
         .y_label_formatter(&|y| compact(*y))
         .label_style(("sans-serif", 13))
         .draw()

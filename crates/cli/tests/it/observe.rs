@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::{json, ok, token_file};
 
 /// A PNG's width and height, after checking its signature and its header chunk.
-fn png_size(path: &Path) -> (u32, u32) {
+pub(crate) fn png_size(path: &Path) -> (u32, u32) {
     let b = std::fs::read(path).unwrap();
     assert_eq!(
         &b[..8],

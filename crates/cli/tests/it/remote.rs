@@ -340,6 +340,46 @@ fn plan_figures_equal_what_the_ranks_read() {
 }
 
 #[test]
+fn plan_prints_nodes_and_plots_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = uneven_shards(dir.path(), &[13, 40, 7, 25]);
+    let png = dir.path().join("plan.png");
+    let text = ok(&[
+        "plan",
+        manifest.to_str().unwrap(),
+        "--world-size",
+        "4",
+        "--nodes",
+        "2",
+        "--shuffle",
+        "block:1",
+        "--bandwidth",
+        "1M",
+        "--step-ms",
+        "10",
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert!(text.contains("4 ranks on 2 nodes"), "{text}");
+    assert!(text.contains("node   1 (ranks 2..4)"), "{text}");
+    assert!(text.contains("the steps would wait"), "{text}");
+    assert_eq!(crate::observe::png_size(&png), (1000, 300));
+    let bad = Command::new(env!("CARGO_BIN_EXE_chute"))
+        .args([
+            "plan",
+            manifest.to_str().unwrap(),
+            "--world-size",
+            "4",
+            "--nodes",
+            "3",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("split evenly"));
+}
+
+#[test]
 fn plan_bytes_equal_what_ranks_download_over_http() {
     let Some(s) = servers("plan_bytes") else {
         return;
