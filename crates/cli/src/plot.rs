@@ -100,9 +100,7 @@ fn plan_panel<DB: DrawingBackend>(
         })
         .x_label_formatter(&|x| {
             let k = x.floor();
-            if job.nodes > 32 {
-                format!("{k:.0}")
-            } else if (x - k - 0.5).abs() < 0.26 {
+            if job.nodes > 32 || (x - k - 0.5).abs() < 0.26 {
                 format!("{k:.0}")
             } else {
                 String::new()
