@@ -1,0 +1,87 @@
+"""Real multi-process training under torchrun (CPU, gloo): DistributedDataParallel on chute
+batches with 2, 3 and 4 processes, on a dataset that does not split evenly. Every rank must
+take the same steps (a rank with a batch more would hang the all-reduce: the process group's
+120 s timeout and the test's own end such a run), and the global sample ids the ranks
+consumed, gathered with all_gather_object, must partition the epoch exactly."""
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import clean_env, write_tokens
+
+torch = pytest.importorskip(
+    "torch", reason="torch not installed: the PyPI wheel pulls ~3 GB of CUDA libraries; see README"
+)
+
+HERE = Path(__file__).resolve().parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(n: int, kind: str, data: str, out: Path) -> dict:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+           str(HERE / "dist_train.py"), kind, data, str(out)]
+    env = clean_env()
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    return json.loads(out.read_text())
+
+
+def check_partition(result: dict, total: int, world: int, batch: int) -> None:
+    keep = result["keep_last"]
+    # The same steps and batches on every rank.
+    assert len({r["steps"] for r in keep}) == 1 and keep[0]["steps"] == keep[0]["len"]
+    per = -(-total // world)
+    ids = [i for r in keep for i in r["ids"]]
+    assert all(len(r["ids"]) == per for r in keep)
+    assert set(ids) == set(range(total)), "every sample, on some rank"
+    repeated = Counter(ids)
+    assert sum(c - 1 for c in repeated.values()) == per * world - total < world
+    drop = result["drop_last"]
+    assert len({r["steps"] for r in drop}) == 1
+    per = total // world // batch * batch
+    ids = [i for r in drop for i in r["ids"]]
+    assert all(len(r["ids"]) == per for r in drop)
+    assert len(ids) == len(set(ids)) == per * world, "disjoint, none repeated"
+    assert set(ids) <= set(range(total))
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_ddp_on_token_windows_partitions_the_epoch(tmp_path, world):
+    total = 1003  # not a multiple of 2, 3, 4 or the batch
+    path = write_tokens(tmp_path / "train.bin", total)
+    result = torchrun(world, "tokens", path, tmp_path / "out.json")
+    check_partition(result, total, world, batch=8)
+
+
+def test_ddp_on_images_partitions_the_epoch(tmp_path):
+    from PIL import Image
+
+    total, rng = 50, np.random.default_rng(0)
+    shard = tmp_path / "images.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i in range(total):
+            buf = io.BytesIO()
+            Image.fromarray(rng.integers(0, 255, (20, 24, 3), dtype=np.uint8)).save(buf, "PNG")
+            for ext, data in (("png", buf.getvalue()), ("cls", str(i % 10).encode())):
+                info = tarfile.TarInfo(f"img{i:05d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    result = torchrun(3, "images", str(shard), tmp_path / "out.json")
+    check_partition(result, total, 3, batch=4)
