@@ -1,12 +1,12 @@
 """Real multi-process training under torchrun (CPU, gloo): DistributedDataParallel on chute
-batches with 2, 3 and 4 processes, on a dataset that does not split evenly. Every rank must
+batches with 2, 3 and 4 processes, on a dataset that does not split evenly, and checkpoints
+through torch.distributed.checkpoint and torch.save. Every rank must
 take the same steps (a rank with a batch more would hang the all-reduce: the process group's
 120 s timeout and the test's own end such a run), and the global sample ids the ranks
 consumed, gathered with all_gather_object, must partition the epoch exactly."""
 
 import io
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -85,3 +85,29 @@ def test_ddp_on_images_partitions_the_epoch(tmp_path):
                 tar.addfile(info, io.BytesIO(data))
     result = torchrun(3, "images", str(shard), tmp_path / "out.json")
     check_partition(result, total, 3, batch=4)
+
+
+@pytest.mark.parametrize("style", ["dcp", "torch_save"])
+def test_checkpoint_and_continue_equals_an_uninterrupted_run(tmp_path, style):
+    """The loader's state saved beside the model and optimizer after 7 steps (DCP, or
+    torch.save per rank), a new job restored from it: the two parts are, rank by rank and
+    sample for sample, the uninterrupted run."""
+    path = write_tokens(tmp_path / "train.bin", 501)
+    ckpt = str(tmp_path / "ckpt")
+
+    def run(mode: str, out: str):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=3",
+               "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+               str(HERE / "dist_ckpt.py"), mode, style, path, ckpt, str(tmp_path / out)]
+        env = clean_env()
+        env["OMP_NUM_THREADS"] = "1"
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+        return json.loads((tmp_path / out).read_text())
+
+    full = run("full", "full.json")
+    first = run("first:7", "first.json")
+    rest = run("resume", "rest.json")
+    for r in range(3):
+        assert len(first[r]) == 7 * 8
+        assert first[r] + rest[r] == full[r], f"rank {r}"
