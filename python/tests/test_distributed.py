@@ -111,3 +111,51 @@ def test_checkpoint_and_continue_equals_an_uninterrupted_run(tmp_path, style):
     for r in range(3):
         assert len(first[r]) == 7 * 8
         assert first[r] + rest[r] == full[r], f"rank {r}"
+
+
+def _run(args, timeout=600):
+    # The c10d rendezvous (not a static master address): restarted workers rendezvous anew.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{_free_port()}", *args]
+    env = clean_env()
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_a_killed_rank_restarts_from_the_checkpoint_losing_and_repeating_nothing(tmp_path):
+    """Rank 1 SIGKILLs itself at step 13 (checkpoints every 5 steps); torchrun restarts every
+    rank, which resumes from step 10: each rank's steps up to the checkpoint plus its steps
+    after the restart are exactly what an uninterrupted run's rank reads."""
+    import chute
+
+    world, total = 3, 600
+    path = write_tokens(tmp_path / "train.bin", total)
+    proc = _run(["--max-restarts=1", f"--nproc_per_node={world}", str(HERE / "dist_crash.py"),
+                 "kill", path, str(tmp_path)])
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    checkpoint = json.loads((tmp_path / "complete.json").read_text())["step"]
+    assert checkpoint >= 10
+    everyone = []
+    for r in range(world):
+        def steps(attempt):
+            lines = (tmp_path / f"ids-{r}-{attempt}.jsonl").read_text().splitlines()
+            return [json.loads(line) for line in lines]
+
+        first = [s for s in steps(0) if s["step"] <= 10]
+        assert len(first) == 10, "the first attempt got past the checkpoint"
+        after = steps(1)
+        assert after[0]["step"] == 11
+        got = [i for s in first + after for i in s["ids"]]
+        loader = chute.Loader(chute.tokens(path, seq_len=15, dtype="uint32"), batch_size=8,
+                              shuffle=True, seed=5, drop_last=True, rank=r, world_size=world)
+        want = [i for b in loader for i in (np.asarray(b["tokens"])[:, 0] // 16).tolist()]
+        assert got == want, f"rank {r}"
+        everyone += got
+    assert len(everyone) == len(set(everyone)) == world * (total // world // 8 * 8)
+
+
+def test_a_source_failing_on_one_rank_ends_the_job_with_the_error_named(tmp_path):
+    proc = _run(["--nproc_per_node=2", str(HERE / "dist_crash.py"), "fail", "-",
+                 str(tmp_path)], timeout=300)
+    assert proc.returncode != 0
+    assert "sample 37 is broken on purpose" in proc.stdout + proc.stderr
