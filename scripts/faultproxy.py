@@ -19,7 +19,8 @@ ignored): a server that never recovers. Under /get503/ the rest of the path is f
 except GET requests for names ending in .tar, answered 503: a shard that opens (HEAD, index)
 but never downloads. HEAD requests are otherwise always forwarded as they are.
 
-Standard library only; listens on 127.0.0.1 only. Prints "listening on PORT" once ready.
+Standard library only; listens on 127.0.0.1 (or --host, for a network namespace a test made
+itself). Prints "listening on PORT" once ready.
 """
 
 import argparse
@@ -31,6 +32,7 @@ import sys
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--listen", type=int, default=0, help="port (0: any free port)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--upstream", required=True, help="host:port of the real server")
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--pattern", default="ok")
@@ -148,7 +150,7 @@ async def handle(reader, writer):
 
 
 async def main():
-    server = await asyncio.start_server(handle, "127.0.0.1", ARGS.listen)
+    server = await asyncio.start_server(handle, ARGS.host, ARGS.listen)
     port = server.sockets[0].getsockname()[1]
     if ARGS.port_file:
         with open(ARGS.port_file + ".tmp", "w") as f:

@@ -72,7 +72,11 @@ class Loader:
 
     Arguments follow ``torch.utils.data.DataLoader`` where the meaning is the same:
 
-    - ``batch_size``: samples per batch.
+    - ``batch_size``: samples per batch (per rank).
+    - ``global_batch_size``: instead of ``batch_size``, the samples per step over all ranks;
+      each rank's batch is ``global_batch_size // world_size`` (it must divide). Keeps the
+      training recipe unchanged when a job resumes on another world size (MosaicML
+      Streaming's ``global_batch_size``).
     - ``shuffle``: ``False``/``"none"`` (dataset order), ``True``/``"global"`` (a new
       permutation of all samples each epoch), ``"block"`` or ``"block:N"`` (shards shuffled,
       samples shuffled within windows of N shards, for streaming sources).
@@ -150,7 +154,7 @@ class Loader:
         self,
         source: Any,
         *,
-        batch_size: int = 1,
+        batch_size: Optional[int] = None,
         shuffle: Union[bool, str] = False,
         seed: Optional[int] = None,
         num_workers: int = 0,
@@ -177,6 +181,7 @@ class Loader:
         metrics_address: str = "127.0.0.1",
         name: Optional[str] = None,
         stats_window: float = 10.0,
+        global_batch_size: Optional[int] = None,
     ) -> None:
         _refuse_dataloader_only(sampler, batch_sampler, multiprocessing_context)
         self.progress = bool(progress)
@@ -262,6 +267,7 @@ class Loader:
             rank = env_rank if env_rank is not None else 0
         if world_size is None:
             world_size = env_world if env_world is not None else 1
+        batch_size = _per_rank_batch(batch_size, global_batch_size, world_size)
         if prefetch_factor is None:
             prefetch_factor = 2
         if isinstance(prefetch_factor, bool) or not isinstance(prefetch_factor, int):
@@ -683,6 +689,27 @@ def _collated(tree: Any, batch: Dict[str, Any], to_torch: Optional[Callable[[Any
     if isinstance(typ, type) and issubclass(typ, tuple) and hasattr(typ, "_fields"):
         return typ(*values)
     return values
+
+
+def _per_rank_batch(batch_size: Optional[int], global_batch: Optional[int], world: int) -> int:
+    """``batch_size``, or ``global_batch_size // world_size`` (which must divide)."""
+    if global_batch is None:
+        return 1 if batch_size is None else batch_size
+    if batch_size is not None:
+        raise ConfigError(
+            "invalid global_batch_size: give batch_size (per rank) or global_batch_size (over "
+            "all ranks), not both"
+        )
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise ConfigError(
+            f"invalid global_batch_size: must be a positive int, got {global_batch!r}"
+        )
+    if isinstance(world, int) and world >= 1 and global_batch % world:
+        raise ConfigError(
+            f"invalid global_batch_size: {global_batch} samples do not split evenly over "
+            f"world_size = {world} ranks; use a multiple of the world size"
+        )
+    return global_batch // max(int(world), 1)
 
 
 def _env_int(name: str, *, minimum: int) -> Optional[int]:

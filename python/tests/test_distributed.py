@@ -113,6 +113,58 @@ def test_checkpoint_and_continue_equals_an_uninterrupted_run(tmp_path, style):
         assert first[r] + rest[r] == full[r], f"rank {r}"
 
 
+def _elastic(tmp_path, n, shuffle, drop_last, ckpt_in, ckpt_out, steps, files):
+    out = tmp_path / f"elastic-{n}.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+           str(HERE / "dist_elastic.py"), shuffle, str(drop_last).lower(), ckpt_in, ckpt_out,
+           str(steps), str(out), *files]
+    env = clean_env()
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    ranks = json.loads(out.read_text())
+    assert len(ranks) == n and len({r["steps"] for r in ranks}) == 1, "equal steps on all ranks"
+    return [i for r in ranks for i in r["ids"]]
+
+
+@pytest.mark.parametrize("shuffle,drop_last", [("global", True), ("block:2", True),
+                                               ("block:2", False), ("mix", True)])
+def test_elastic_four_to_three_to_two_reads_every_sample_once(tmp_path, shuffle, drop_last):
+    """A job of 4 processes checkpoints (DCP: model, optimizer, loader) after 5 steps; a
+    job of 3 resumes from it and checkpoints after 4 more; a job of 2 finishes the epoch.
+    The global batch stays 24 (6, 8, then 12 per rank). Over the three jobs every sample is
+    read once: with drop_last, none twice and only a remainder under a global batch unread;
+    without, every one and repeats only as the last job's padding. A mixture keeps its
+    per-rank batch, and the three jobs read exactly what one process reads of it."""
+    sizes = [211, 187, 250, 163, 190]  # 1001 windows in 5 shards
+    files, first = [], 0
+    for k, n in enumerate(sizes):
+        files.append(write_tokens(tmp_path / f"part{k}.bin", n, first=first * 16))
+        first += n
+    a, b = str(tmp_path / "ckpt-a"), str(tmp_path / "ckpt-b")
+    got = _elastic(tmp_path, 4, shuffle, drop_last, "-", a, 5, files)
+    got += _elastic(tmp_path, 3, shuffle, drop_last, a, b, 4, files)
+    got += _elastic(tmp_path, 2, shuffle, drop_last, b, "-", "all", files)
+    if shuffle == "mix":
+        import chute
+
+        mix = chute.mix({"a": chute.tokens(files[:2], seq_len=15, dtype="uint32"),
+                         "b": chute.tokens(files[2:], seq_len=15, dtype="uint32")},
+                        weights={"a": 2, "b": 1}, samples_per_epoch=600, seed=4)
+        one = chute.Loader(mix, batch_size=6)
+        want = [i for batch in one for i in (np.asarray(batch["tokens"])[:, 0] // 16).tolist()]
+        assert sorted(got) == sorted(want), "the mixture's stream, exactly"
+        return
+    total = sum(sizes)
+    if drop_last:
+        assert len(got) == len(set(got)), "no sample twice"
+        assert set(got) <= set(range(total)) and total - len(got) < 24
+    else:
+        assert set(got) == set(range(total)), "every sample"
+        assert len(got) - total < 2, "repeats only as padding"
+
+
 def _run(args, timeout=600):
     # The c10d rendezvous (not a static master address): restarted workers rendezvous anew.
     cmd = [sys.executable, "-m", "torch.distributed.run", "--rdzv-backend=c10d",

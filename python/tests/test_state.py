@@ -56,7 +56,8 @@ def test_resume_before_every_batch(shards, kw):
 def test_state_fields_and_epoch_boundary(shards):
     loader = make(shards, shuffle=True, seed=4)
     s = loader.state_dict()
-    assert set(s) == {"version", "dataset", "seed", "epoch", "start", "delivered", "world_size", "shuffle"}
+    assert set(s) == {"version", "dataset", "seed", "epoch", "start", "taken", "delivered",
+                      "drop_last", "world_size", "shuffle"}
     assert (s["epoch"], s["delivered"], s["seed"], s["shuffle"]) == (0, 0, 4, "global")
     it = iter(loader)
     for _ in range(len(loader)):

@@ -19,8 +19,12 @@
 //!   batches and the rest is dropped. `false`: each rank gets `ceil(R / W)` samples (the last
 //!   batch may be short, equally on every rank), the missing `< W` positions repeating the first
 //!   positions of the order.
-//! - **start**: a global position where this split begins (0 normally; after an elastic resume,
-//!   the position the previous world size had reached). `R = N - start`.
+//! - **start** and **taken**: the split covers the positions from `start` on, less the
+//!   `taken` ranges (0 and none normally). After an elastic resume they hold what the earlier
+//!   world size had read: under the strided split that is a prefix, so `start` moves; under
+//!   `block`'s contiguous one each old rank read the head of its slice, and those heads become
+//!   `taken` ranges ([`Plan::rest_after`]). `R` is the number of positions left; the split's
+//!   `i`-th slot is the `i`-th of them, and ranks divide the `R` slots as above.
 
 use std::fmt;
 use std::str::FromStr;
@@ -126,6 +130,10 @@ pub struct PlanConfig {
     pub drop_last: bool,
     /// Global position in the epoch order where this split begins.
     pub start: u64,
+    /// Ranges `[lo, hi)` of positions after `start` that this split skips (read before an
+    /// elastic resume of a block-shuffled run): sorted, disjoint and non-empty. Empty
+    /// normally.
+    pub taken: Vec<(u64, u64)>,
 }
 
 impl Default for PlanConfig {
@@ -139,6 +147,7 @@ impl Default for PlanConfig {
             batch_size: 1,
             drop_last: false,
             start: 0,
+            taken: Vec::new(),
         }
     }
 }
@@ -277,6 +286,9 @@ pub struct Plan {
     len: u64,
     /// Contiguous slice length per rank (block mode).
     per_rank: u64,
+    /// For each range of `cfg.taken`: the slot where it would begin, and the positions skipped
+    /// up to its end (for slot -> position).
+    holes: Vec<(u64, u64)>,
 }
 
 impl Plan {
@@ -293,7 +305,24 @@ impl Plan {
                 ),
             ));
         }
-        let remaining = total - cfg.start;
+        let mut holes = Vec::with_capacity(cfg.taken.len());
+        let (mut skipped, mut after) = (0u64, cfg.start);
+        for &(lo, hi) in &cfg.taken {
+            if lo < after || hi <= lo || hi > total {
+                return Err(ConfigError::new(
+                    "taken",
+                    format!(
+                        "range [{lo}, {hi}) is not a sorted, disjoint, non-empty range after \
+                         start = {} inside the epoch's {total} samples",
+                        cfg.start
+                    ),
+                ));
+            }
+            holes.push((lo - cfg.start - skipped, skipped + (hi - lo)));
+            skipped += hi - lo;
+            after = hi;
+        }
+        let remaining = total - cfg.start - skipped;
         let w = cfg.world_size;
         let (len, per_rank) = if cfg.drop_last {
             let per = remaining / w;
@@ -340,6 +369,7 @@ impl Plan {
             remaining,
             len,
             per_rank,
+            holes,
         })
     }
 
@@ -373,14 +403,86 @@ impl Plan {
         matches!(self.order, Order::Block { .. })
     }
 
-    /// The global position (in the epoch order) of this rank's `i`-th sample, before padding
-    /// wraps it; `>= epoch_samples()` for a padding position.
-    fn position(&self, i: u64) -> u64 {
+    /// The slot of the split (see the module doc) holding this rank's `i`-th sample, before
+    /// padding wraps it; `>= R` for a padding slot.
+    fn slot(&self, i: u64) -> u64 {
         if self.is_contiguous() {
-            self.cfg.start + self.cfg.rank * self.per_rank + i
+            self.cfg.rank * self.per_rank + i
         } else {
-            self.cfg.start + i * self.cfg.world_size + self.cfg.rank
+            i * self.cfg.world_size + self.cfg.rank
         }
+    }
+
+    /// The position (in the epoch order) of slot `v`; padding slots repeat the first slots.
+    #[inline]
+    fn position(&self, v: u64) -> u64 {
+        let v = if v >= self.remaining {
+            (v - self.remaining) % self.remaining
+        } else {
+            v
+        };
+        let k = self.holes.partition_point(|&(at, _)| at <= v);
+        self.cfg.start + v + k.checked_sub(1).map_or(0, |k| self.holes[k].1)
+    }
+
+    /// Slots `[a, b)` (all `< R`) as runs of consecutive positions, appended to `out`.
+    fn positions_of(&self, a: u64, b: u64, out: &mut Vec<(u64, u64)>) {
+        let mut v = a;
+        while v < b {
+            let k = self.holes.partition_point(|&(at, _)| at <= v);
+            let end = self.holes.get(k).map_or(b, |&(at, _)| at.min(b));
+            let p = self.position(v);
+            out.push((p, p + (end - v)));
+            v = end;
+        }
+    }
+
+    /// Samples per rank's contiguous slice of the split (block mode); the strided split's
+    /// share otherwise.
+    pub fn slice_len(&self) -> u64 {
+        self.per_rank
+    }
+
+    /// The split that is left once every rank of this plan's world size has delivered its
+    /// first `delivered` samples, as `(start, taken)` for a [`PlanConfig`] of any world size
+    /// (an elastic resume). Strided split: the ranks have read a prefix of the slots, so
+    /// `start` moves on. Contiguous (block): each rank has read the head of its slice, and
+    /// those heads join `taken` (at most one range per old rank, merged where they touch).
+    /// Positions read as padding count as read.
+    pub fn rest_after(&self, delivered: u64) -> (u64, Vec<(u64, u64)>) {
+        let (w, r) = (self.cfg.world_size, self.remaining);
+        let mut read: Vec<(u64, u64)> = self.cfg.taken.clone();
+        let mut slots = Vec::new();
+        if self.is_contiguous() {
+            for rank in 0..w {
+                let a = rank.saturating_mul(self.per_rank);
+                let b = a.saturating_add(delivered);
+                slots.push((a.min(r), b.min(r)));
+                if b > r {
+                    // Padding slots repeat the first ones (slot s reads s - R).
+                    slots.push(((a.max(r) - r).min(r), (b - r).min(r)));
+                }
+            }
+        } else {
+            slots.push((0, delivered.saturating_mul(w).min(r)));
+        }
+        for (a, b) in slots {
+            self.positions_of(a, b, &mut read);
+        }
+        read.retain(|&(lo, hi)| lo < hi);
+        read.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(read.len());
+        for (lo, hi) in read {
+            match merged.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => merged.push((lo, hi)),
+            }
+        }
+        let mut start = self.cfg.start;
+        if merged.first().is_some_and(|&(lo, _)| lo <= start) {
+            start = start.max(merged.remove(0).1);
+        }
+        (start, merged)
     }
 
     /// Global sample id of this rank's `i`-th sample.
@@ -394,12 +496,7 @@ impl Plan {
             "sample {i} of a plan with {} samples",
             self.len
         );
-        let mut p = self.position(i);
-        if p >= self.total {
-            // Padding: repeat the first positions of this split, deterministically.
-            p = self.cfg.start + (p - self.total) % self.remaining;
-        }
-        self.order_at(p)
+        self.order_at(self.position(self.slot(i)))
     }
 
     /// The global sample id at position `p` of the epoch order (all ranks).
@@ -460,10 +557,7 @@ impl Plan {
         // The window last used: its number, span of positions and keyed permutation.
         let mut cached: Option<(usize, u64, u64, Permutation)> = None;
         for i in range {
-            let mut p = self.position(i);
-            if p >= self.total {
-                p = self.cfg.start + (p - self.total) % self.remaining;
-            }
+            let p = self.position(self.slot(i));
             let (w, lo, perm) = match &cached {
                 Some((w, lo, hi, perm)) if (*lo..*hi).contains(&p) => (*w, *lo, perm),
                 _ => {
@@ -487,8 +581,10 @@ impl Plan {
 
     /// The positions rank `rank` of this plan's configuration reads, as `(first, count)` of
     /// a contiguous run (block mode) or of a run strided by the world size; positions past
-    /// the epoch wrap to its start (padding), as [`Plan::get`] does. For the planner.
+    /// the epoch wrap to its start (padding), as [`Plan::get`] does. For the planner, on a
+    /// split with nothing `taken`.
     pub(crate) fn rank_positions(&self, rank: u64) -> (u64, u64) {
+        debug_assert!(self.cfg.taken.is_empty());
         let first = if self.is_contiguous() {
             self.cfg.start + rank * self.per_rank
         } else {
@@ -713,6 +809,7 @@ mod tests {
             for rank in 0..world_size {
                 let cfg = PlanConfig {
                     seed, epoch, rank, world_size, shuffle, batch_size, drop_last, start: 0,
+                    taken: Vec::new(),
                 };
                 let plan = Plan::new(&m, &cfg).unwrap();
                 lens.push(plan.len());
@@ -777,6 +874,55 @@ mod tests {
             seen.dedup();
             prop_assert_eq!(seen.len() as u64, n, "every sample read");
             prop_assert!((before - seen.len()) < w2 as usize, "only padding repeats");
+        }
+
+        /// A chain of elastic resumes (each world size reads a fraction of what is left, the
+        /// last one reads to the end) reads every sample once, in every shuffle mode.
+        #[test]
+        fn elastic_chains_read_every_sample_once(
+            counts in prop::collection::vec(1u64..40, 1..8),
+            worlds in prop::collection::vec(1u64..6, 2..5),
+            fracs in prop::collection::vec(0.0f64..1.0, 4),
+            shuffle in shuffle_modes(),
+            batch_size in 1u64..5,
+            drop_last: bool,
+            seed: u64,
+        ) {
+            let m = manifest(&counts);
+            let n = m.total_samples();
+            let (mut start, mut taken) = (0, Vec::new());
+            let mut seen: Vec<u64> = Vec::new();
+            let last = worlds.len() - 1;
+            for (k, &w) in worlds.iter().enumerate() {
+                let base = PlanConfig {
+                    seed, shuffle, world_size: w, batch_size, drop_last,
+                    start, taken: taken.clone(), ..Default::default()
+                };
+                let len = Plan::new(&m, &base).unwrap().len();
+                let d = if k == last { len } else { (len as f64 * fracs[k]) as u64 };
+                for rank in 0..w {
+                    let plan = Plan::new(&m, &PlanConfig { rank, ..base.clone() }).unwrap();
+                    let mut ids = Vec::new();
+                    plan.extend_ids(0..d, &mut ids);
+                    prop_assert_eq!(&ids, &(0..d).map(|i| plan.get(i)).collect::<Vec<_>>());
+                    seen.extend(ids);
+                }
+                (start, taken) = Plan::new(&m, &base).unwrap().rest_after(d);
+                prop_assert!(taken.len() as u64 <= worlds.iter().sum::<u64>());
+            }
+            let w = worlds[last];
+            let before = seen.len() as u64;
+            seen.sort();
+            seen.dedup();
+            let distinct = seen.len() as u64;
+            if drop_last {
+                prop_assert_eq!(distinct, before, "nothing twice");
+                prop_assert!(n - distinct < w * batch_size, "only a last remainder unread");
+            } else {
+                prop_assert_eq!(distinct, n, "every sample");
+                // Padding repeats: fewer than a world size at each resize that reached it.
+                prop_assert!(before - distinct < worlds.iter().sum::<u64>());
+            }
         }
 
         #[test]

@@ -191,6 +191,7 @@ pub fn plan_job(manifest: &Manifest, query: &PlanQuery) -> Result<JobPlan, Confi
             batch_size: query.batch_size,
             drop_last: query.drop_last,
             start: 0,
+            taken: Vec::new(),
         };
         let plan = Plan::new(manifest, &cfg)?;
         let len = plan.len();
@@ -490,6 +491,7 @@ mod tests {
                     batch_size: q.batch_size,
                     drop_last: q.drop_last,
                     start: 0,
+                    taken: Vec::new(),
                 };
                 let plan = Plan::new(m, &cfg).unwrap();
                 plan.iter().map(|id| m.locate(id).unwrap().0).collect()

@@ -29,8 +29,19 @@ pub struct State {
     /// Global position where the current split of the epoch began (non-zero only after a
     /// resume on a different world size).
     pub start: u64,
+    /// Ranges of positions after `start` that the current split skips: what ranks read
+    /// before an elastic resume of a block-shuffled run (see
+    /// [`crate::plan::PlanConfig::taken`]). Empty otherwise. Always written, so that a
+    /// checkpointer that loads into a fresh state's keys (`torch.distributed.checkpoint`)
+    /// carries it.
+    #[serde(default)]
+    pub taken: Vec<(u64, u64)>,
     /// Samples this rank has delivered in the current split.
     pub delivered: u64,
+    /// Whether the run dropped its last partial batches: with `block` shuffle it decides the
+    /// ranks' slices, so an elastic resume needs it to know what the old ranks had read.
+    #[serde(default)]
+    pub drop_last: bool,
     /// Number of ranks when the state was taken.
     pub world_size: u64,
     /// Ordering mode.
@@ -80,7 +91,9 @@ mod tests {
             seed: 1,
             epoch: 2,
             start: 0,
+            taken: vec![(60, 70)],
             delivered: 48,
+            drop_last: true,
             world_size: 4,
             shuffle: Shuffle::block(),
             parts: BTreeMap::new(),

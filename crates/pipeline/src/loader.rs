@@ -266,6 +266,7 @@ impl LoaderBuilder {
                 batch_size: o.batch_size as u64,
                 drop_last: o.drop_last,
                 start: 0,
+                taken: Vec::new(),
             },
             transform: (!self.transforms.is_empty())
                 .then(|| Arc::new(self.transforms) as Arc<dyn Transform>),
@@ -383,6 +384,7 @@ impl Loader {
     pub fn len(&self) -> usize {
         let cfg = PlanConfig {
             start: 0,
+            taken: Vec::new(),
             ..self.plan_cfg.clone()
         };
         Plan::new(self.source.manifest(), &cfg)
@@ -402,8 +404,7 @@ impl Loader {
             self.run = None;
             self.pending_wait = Duration::ZERO;
             self.plan_cfg.epoch = epoch;
-            self.plan_cfg.start = 0;
-            self.delivered = 0;
+            self.rewind();
         }
     }
 
@@ -418,10 +419,14 @@ impl Loader {
     /// The loader's position as of the last batch delivered. After the last batch of an epoch
     /// it is the start of the next epoch.
     pub fn state(&self) -> State {
-        let (mut epoch, mut start, mut delivered) =
-            (self.plan_cfg.epoch, self.plan_cfg.start, self.delivered);
+        let (mut epoch, mut start, mut taken, mut delivered) = (
+            self.plan_cfg.epoch,
+            self.plan_cfg.start,
+            self.plan_cfg.taken.clone(),
+            self.delivered,
+        );
         if self.plan().map(|p| delivered >= p.len()).unwrap_or(false) {
-            (epoch, start, delivered) = (epoch + 1, 0, 0);
+            (epoch, start, taken, delivered) = (epoch + 1, 0, Vec::new(), 0);
         }
         State {
             version: STATE_VERSION,
@@ -429,7 +434,9 @@ impl Loader {
             seed: self.plan_cfg.seed,
             epoch,
             start,
+            taken,
             delivered,
+            drop_last: self.plan_cfg.drop_last,
             world_size: self.plan_cfg.world_size,
             shuffle: self.plan_cfg.shuffle,
             parts: self.mixture_parts().unwrap_or_default(),
@@ -439,10 +446,12 @@ impl Loader {
     /// Continues from `state`: the next batch is the one that followed the state's last
     /// delivered batch. Refuses states of another dataset, version, seed or shuffle mode.
     ///
-    /// A state taken with another world size continues from the same global position when
-    /// ranks take strided shares (`none`/`global` shuffle): the samples the old ranks had not
-    /// read are split among the new ones. `block` shuffle gives ranks contiguous slices, so a
-    /// world-size change is refused there.
+    /// A state taken with another world size (an elastic resume) continues with the samples
+    /// the old ranks had not read, split among the new ones: under `none`/`global` shuffle
+    /// they are the rest of the epoch order from a position on; under `block` shuffle the
+    /// old ranks had each read the head of a contiguous slice, and the new ranks divide what
+    /// is left of those slices, in order (see [`Plan::rest_after`]). The batch size may
+    /// change with the world size (a fixed global batch); only a mixture's may not.
     pub fn restore(&mut self, state: &State) -> Result<(), StateError> {
         if state.version != STATE_VERSION {
             return Err(StateError::Version {
@@ -490,43 +499,56 @@ impl Loader {
                 hint: "build the loader with the shuffle mode the state was taken with",
             });
         }
-        let (start, delivered) = if state.world_size == self.plan_cfg.world_size {
-            (state.start, state.delivered)
-        } else if matches!(state.shuffle, Shuffle::Block { .. }) {
-            return Err(StateError::Mismatch {
-                field: "world_size",
-                found: state.world_size.to_string(),
-                expected: self.plan_cfg.world_size.to_string(),
-                hint: "block shuffle splits shards contiguously among ranks, so it resumes only \
-                       on the same world size (use global shuffle for elastic resumes)",
-            });
-        } else {
-            (
-                state
-                    .start
-                    .saturating_add(state.delivered.saturating_mul(state.world_size)),
-                0,
-            )
+        let invalid = |e: ConfigError| StateError::Invalid(e.to_string());
+        let past = |delivered: u64, len: u64| {
+            StateError::Invalid(format!(
+                "delivered = {delivered} is past a rank's {len} samples of epoch {}",
+                state.epoch
+            ))
         };
-        let total = self.source.manifest().total_samples();
+        let (start, taken, delivered) = if state.world_size == self.plan_cfg.world_size {
+            (state.start, state.taken.clone(), state.delivered)
+        } else {
+            // What each old rank had read, from the old split; the rest is the new split.
+            let old = Plan::new(
+                self.source.manifest(),
+                &PlanConfig {
+                    epoch: state.epoch,
+                    rank: 0,
+                    world_size: state.world_size,
+                    batch_size: 1,
+                    drop_last: state.drop_last,
+                    start: state.start,
+                    taken: state.taken.clone(),
+                    ..self.plan_cfg.clone()
+                },
+            )
+            .map_err(invalid)?;
+            if state.delivered > old.len() {
+                return Err(past(state.delivered, old.len()));
+            }
+            let (start, taken) = old.rest_after(state.delivered);
+            (start, taken, 0)
+        };
+        let cfg = PlanConfig {
+            epoch: state.epoch,
+            start,
+            taken,
+            ..self.plan_cfg.clone()
+        };
+        let plan = Plan::new(self.source.manifest(), &cfg).map_err(invalid)?;
+        if delivered > plan.len() {
+            return Err(past(delivered, plan.len()));
+        }
         self.run = None;
         self.pending_wait = Duration::ZERO;
-        self.plan_cfg.epoch = state.epoch;
-        if start >= total {
-            // The old ranks had read everything: the epoch is over.
-            (self.plan_cfg.epoch, self.plan_cfg.start, self.delivered) = (state.epoch + 1, 0, 0);
+        self.plan_cfg = cfg;
+        if state.world_size != self.plan_cfg.world_size && plan.is_empty() {
+            // The old ranks had read everything (or left less than a batch per new rank,
+            // with drop_last): the epoch is over.
+            self.plan_cfg.epoch += 1;
+            self.rewind();
             return Ok(());
-        }
-        self.plan_cfg.start = start;
-        let len = self
-            .plan()
-            .map_err(|e| StateError::Invalid(e.to_string()))?
-            .len();
-        if delivered > len {
-            return Err(StateError::Invalid(format!(
-                "delivered = {delivered} is past this rank's {len} samples of epoch {}",
-                state.epoch
-            )));
         }
         self.delivered = delivered;
         Ok(())
@@ -614,9 +636,15 @@ impl Loader {
         self.pending_wait = Duration::ZERO;
         self.stats.epoch_ended();
         self.plan_cfg.epoch += 1;
-        self.plan_cfg.start = 0;
-        self.delivered = 0;
+        self.rewind();
         None
+    }
+
+    /// To the start of the current epoch's whole split.
+    fn rewind(&mut self) {
+        self.plan_cfg.start = 0;
+        self.plan_cfg.taken.clear();
+        self.delivered = 0;
     }
 }
 

@@ -78,61 +78,86 @@ fn foreign_or_future_states_are_refused() {
     assert!(e.to_string().contains("seed"), "{e}");
 }
 
-#[test]
-fn elastic_resume_on_another_world_size_reads_the_rest_exactly_once() {
-    let make = |rank, world| {
-        Loader::builder(Synthetic::new(&[50, 47]))
-            .batch_size(4)
-            .shuffle(Shuffle::Global)
+/// Ranks of each world size read some batches and checkpoint; the next world size (with
+/// the global batch kept: per-rank batch = 24 / W) reads on; the last one reads to the end.
+/// Returns every id delivered, in order of delivery per stage.
+fn elastic_chain(shuffle: Shuffle, worlds: &[u64], steps: &[usize], drop_last: bool) -> Vec<u64> {
+    let make = |rank, world: u64| {
+        Loader::builder(Synthetic::new(&[50, 47, 31, 64, 9]))
+            .batch_size(24 / world as usize)
+            .shuffle(shuffle)
             .seed(8)
-            .drop_last(true)
+            .drop_last(drop_last)
             .distributed(rank, world)
             .build()
             .unwrap()
     };
-    // Two ranks read 5 batches each, then the job restarts on three ranks.
     let mut seen = Vec::new();
     let mut state = None;
-    for rank in 0..2 {
-        let mut l = make(rank, 2);
-        for _ in 0..5 {
-            seen.extend(l.next().unwrap().unwrap().ids);
+    for (k, &world) in worlds.iter().enumerate() {
+        let mut next_state = None;
+        for rank in 0..world {
+            let mut l = make(rank, world);
+            if let Some(s) = &state {
+                l.restore(s).unwrap();
+            }
+            match steps.get(k) {
+                Some(&n) => {
+                    for _ in 0..n {
+                        seen.extend(l.next().unwrap().unwrap().ids);
+                    }
+                    next_state = Some(l.state());
+                }
+                None => {
+                    let rest = run_to_end(&mut l, 0).unwrap();
+                    seen.extend(rest.into_iter().flat_map(|(_, d)| d.ids));
+                }
+            }
         }
-        state = Some(l.state());
+        state = next_state;
     }
-    let state = state.unwrap();
-    for rank in 0..3 {
-        let mut l = make(rank, 3);
-        l.restore(&state).unwrap();
-        let rest = run_to_end(&mut l, 0).unwrap();
-        seen.extend(rest.into_iter().flat_map(|(_, d)| d.ids));
-    }
-    let n = seen.len();
-    seen.sort();
-    seen.dedup();
-    assert_eq!(seen.len(), n, "no sample twice");
-    assert!(
-        97 - n < 3 * 4,
-        "only a remainder smaller than a global batch is dropped ({n})"
-    );
+    seen
+}
 
-    let mut block = Loader::builder(Synthetic::new(&[50, 47]))
+#[test]
+fn elastic_resume_on_another_world_size_reads_the_rest_exactly_once() {
+    let total = 50 + 47 + 31 + 64 + 9;
+    for shuffle in [Shuffle::None, Shuffle::Global, Shuffle::block(), Shuffle::Block { window: 2 }] {
+        // 4 ranks -> 3 -> 2, dropping the last partial batches: nothing twice, and only
+        // less than the last world size's global batch unread.
+        let mut seen = elastic_chain(shuffle, &[4, 3, 2], &[2, 1], true);
+        let n = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), n, "{shuffle}: no sample twice");
+        assert!(total - n < 24, "{shuffle}: only a remainder is left ({n} of {total})");
+        // Keeping the last batches: every sample, repeats only as padding.
+        let mut seen = elastic_chain(shuffle, &[4, 3, 2], &[3, 2], false);
+        let n = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), total, "{shuffle}: every sample");
+        assert!(n - total < 2, "{shuffle}: only the last world size's padding repeats");
+        // Growing as well as shrinking.
+        let mut seen = elastic_chain(shuffle, &[2, 3, 1, 4], &[2, 3, 1], true);
+        let n = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), n, "{shuffle}: no sample twice");
+        assert!(total - n < 24, "{shuffle}: only a remainder is left");
+    }
+
+    // A hostile state: taken ranges out of order are refused, naming them.
+    let mut l = Loader::builder(Synthetic::new(&[50, 47]))
         .shuffle(Shuffle::block())
         .distributed(0, 2)
         .build()
         .unwrap();
-    let s = block.state();
-    let mut block3 = Loader::builder(Synthetic::new(&[50, 47]))
-        .shuffle(Shuffle::block())
-        .distributed(0, 3)
-        .build()
-        .unwrap();
-    assert!(
-        block3
-            .restore(&s)
-            .unwrap_err()
-            .to_string()
-            .contains("world_size")
-    );
-    let _ = block.next();
+    let mut s = l.state();
+    s.taken = vec![(30, 40), (10, 20)];
+    let e = l.restore(&s).unwrap_err();
+    assert!(e.to_string().contains("taken"), "{e}");
+    s.taken = vec![(30, 4000)];
+    assert!(l.restore(&s).is_err());
+    assert!(l.next().is_some(), "a refused state leaves the loader as it was");
 }
