@@ -122,7 +122,12 @@ fn elastic_chain(shuffle: Shuffle, worlds: &[u64], steps: &[usize], drop_last: b
 #[test]
 fn elastic_resume_on_another_world_size_reads_the_rest_exactly_once() {
     let total = 50 + 47 + 31 + 64 + 9;
-    for shuffle in [Shuffle::None, Shuffle::Global, Shuffle::block(), Shuffle::Block { window: 2 }] {
+    for shuffle in [
+        Shuffle::None,
+        Shuffle::Global,
+        Shuffle::block(),
+        Shuffle::Block { window: 2 },
+    ] {
         // 4 ranks -> 3 -> 2, dropping the last partial batches: nothing twice, and only
         // less than the last world size's global batch unread.
         let mut seen = elastic_chain(shuffle, &[4, 3, 2], &[2, 1], true);
@@ -130,14 +135,20 @@ fn elastic_resume_on_another_world_size_reads_the_rest_exactly_once() {
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), n, "{shuffle}: no sample twice");
-        assert!(total - n < 24, "{shuffle}: only a remainder is left ({n} of {total})");
+        assert!(
+            total - n < 24,
+            "{shuffle}: only a remainder is left ({n} of {total})"
+        );
         // Keeping the last batches: every sample, repeats only as padding.
         let mut seen = elastic_chain(shuffle, &[4, 3, 2], &[3, 2], false);
         let n = seen.len();
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), total, "{shuffle}: every sample");
-        assert!(n - total < 2, "{shuffle}: only the last world size's padding repeats");
+        assert!(
+            n - total < 2,
+            "{shuffle}: only the last world size's padding repeats"
+        );
         // Growing as well as shrinking.
         let mut seen = elastic_chain(shuffle, &[2, 3, 1, 4], &[2, 3, 1], true);
         let n = seen.len();
@@ -159,5 +170,8 @@ fn elastic_resume_on_another_world_size_reads_the_rest_exactly_once() {
     assert!(e.to_string().contains("taken"), "{e}");
     s.taken = vec![(30, 4000)];
     assert!(l.restore(&s).is_err());
-    assert!(l.next().is_some(), "a refused state leaves the loader as it was");
+    assert!(
+        l.next().is_some(),
+        "a refused state leaves the loader as it was"
+    );
 }
