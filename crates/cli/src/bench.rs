@@ -466,10 +466,8 @@ pub(crate) fn run_loop(loader: &mut Loader, run: &RunArgs) -> anyhow::Result<Sum
 
 pub(crate) fn print_summary(s: &Summary, run: &RunArgs) {
     if run.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(s).expect("summary serializes")
-        );
+        let text = serde_json::to_string_pretty(s).expect("summary serializes");
+        println!("{}", chute::core::redact::redact(&text));
         return;
     }
     println!(

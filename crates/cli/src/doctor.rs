@@ -83,7 +83,10 @@ pub(crate) fn run(args: DoctorArgs) -> anyhow::Result<()> {
     };
     let d = chute::doctor::diagnose(&loader, &options, context, None)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&d)?);
+        println!(
+            "{}",
+            chute::core::redact::redact(&serde_json::to_string_pretty(&d)?)
+        );
     } else {
         print!("{}", d.to_text());
     }

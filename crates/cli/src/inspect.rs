@@ -1,6 +1,7 @@
 //! `chute inspect`, `chute verify` and `chute cat`: look at shards without writing code.
 
 use anyhow::Context;
+use chute::core::redact::redact;
 use chute::core::{Error, Field, Mixture, Plan, PlanConfig, Sample, Source};
 use clap::Args;
 use serde_json::{Value, json};
@@ -144,7 +145,7 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         "first": records,
     });
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", redact(&serde_json::to_string_pretty(&report)?));
     } else {
         println!(
             "format:      {}",
@@ -246,7 +247,7 @@ fn inspect_mixture(m: &Mixture, as_json: bool) -> anyhow::Result<()> {
         "fingerprint": m.manifest().fingerprint(),
     });
     if as_json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", redact(&serde_json::to_string_pretty(&report)?));
         return Ok(());
     }
     println!("format:            mixture ({}, {})", m.mode(), m.policy());
@@ -375,13 +376,13 @@ pub(crate) fn verify(args: VerifyArgs) -> anyhow::Result<()> {
     }
     if args.json {
         let report = json!({ "shards": shards, "samples": samples, "ok": problems.is_empty(), "problems": problems });
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", redact(&serde_json::to_string_pretty(&report)?));
     } else {
         for p in &problems {
             match (p.offset, p.sample) {
-                (Some(o), _) => println!("{}: byte {o}: {}", p.shard, p.reason),
-                (None, Some(s)) => println!("{}: sample {s}: {}", p.shard, p.reason),
-                (None, None) => println!("{}: {}", p.shard, p.reason),
+                (Some(o), _) => println!("{}: byte {o}: {}", redact(&p.shard), p.reason),
+                (None, Some(s)) => println!("{}: sample {s}: {}", redact(&p.shard), p.reason),
+                (None, None) => println!("{}: {}", redact(&p.shard), p.reason),
             }
         }
         println!(

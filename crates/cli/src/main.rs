@@ -109,7 +109,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", message(&e));
+            eprintln!("error: {}", chute::core::redact::redact(&message(&e)));
             std::process::ExitCode::FAILURE
         }
     }

@@ -99,7 +99,10 @@ pub(crate) fn run(args: PlanArgs) -> anyhow::Result<()> {
     let job = plan_job(manifest, &query)?;
     let took = t0.elapsed();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&job)?);
+        println!(
+            "{}",
+            chute::core::redact::redact(&serde_json::to_string_pretty(&job)?)
+        );
     } else {
         print!("{}", text(&job, args.ranks));
         println!("planned in {:.2} s", took.as_secs_f64());

@@ -3,7 +3,18 @@
 //! retry ([`Error::Io`]), fix their own code ([`Error::Transform`], [`Error::WorkerPanicked`]),
 //! or use a matching checkpoint ([`StateError`]).
 
+use std::borrow::Cow;
 use std::fmt;
+
+use crate::redact::redact;
+
+/// `text` with a URL's credentials hidden, reusing it when it has none.
+fn redacted(text: String) -> String {
+    match redact(&text) {
+        Cow::Owned(hidden) => hidden,
+        Cow::Borrowed(_) => text,
+    }
+}
 
 /// A result with chute's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -30,7 +41,7 @@ impl fmt::Display for SampleRef {
             write!(f, " (key {:?})", self.key)?;
         }
         if !self.shard.is_empty() {
-            write!(f, " in shard {}", self.shard)?;
+            write!(f, " in shard {}", redact(&self.shard))?;
         }
         Ok(())
     }
@@ -71,7 +82,7 @@ pub enum Error {
     #[error(transparent)]
     State(#[from] StateError),
     /// A transform returned an error for a sample.
-    #[error("transform failed on {sample}: {source}")]
+    #[error("transform failed on {sample}: {}", redact(&.source.to_string()))]
     Transform {
         /// The sample being transformed.
         sample: SampleRef,
@@ -80,7 +91,7 @@ pub enum Error {
         source: BoxError,
     },
     /// Samples of one batch disagree in a way that prevents collating them.
-    #[error("cannot collate {sample}: {reason}")]
+    #[error("cannot collate {sample}: {}", redact(.reason))]
     Collate {
         /// The first sample that disagreed with the batch's first sample.
         sample: SampleRef,
@@ -88,7 +99,7 @@ pub enum Error {
         reason: String,
     },
     /// A worker thread panicked (in a transform or a reader) while handling a sample.
-    #[error("worker panicked on {sample}: {message}")]
+    #[error("worker panicked on {sample}: {}", redact(.message))]
     WorkerPanicked {
         /// The sample being handled.
         sample: SampleRef,
@@ -98,10 +109,15 @@ pub enum Error {
 }
 
 impl Error {
-    /// An [`Error::Io`] for `path`.
+    /// An [`Error::Io`] for `path`. Credentials in a URL, in `path` or in the cause's text,
+    /// are hidden ([`redact`]).
     pub fn io(path: impl Into<String>, source: std::io::Error) -> Self {
+        let source = match redact(&source.to_string()) {
+            Cow::Owned(text) => std::io::Error::new(source.kind(), text),
+            Cow::Borrowed(_) => source,
+        };
         Error::Io {
-            path: path.into(),
+            path: redacted(path.into()),
             source,
         }
     }
@@ -119,10 +135,10 @@ impl Error {
         reason: impl Into<String>,
     ) -> Self {
         Error::Corrupt {
-            uri: uri.into(),
+            uri: redacted(uri.into()),
             offset,
             kind,
-            reason: reason.into(),
+            reason: redacted(reason.into()),
         }
     }
 
@@ -218,7 +234,7 @@ impl ConfigError {
     pub fn new(option: impl Into<String>, reason: impl Into<String>) -> Self {
         ConfigError {
             option: option.into(),
-            reason: reason.into(),
+            reason: redacted(reason.into()),
         }
     }
 }

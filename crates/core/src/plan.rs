@@ -111,6 +111,10 @@ impl<'de> serde::Deserialize<'de> for Shuffle {
     }
 }
 
+/// Most ranks a plan splits an epoch among (2^24): far beyond any job, and small enough that
+/// work per old rank (an elastic resume walks them) stays bounded for a hostile state.
+pub const MAX_WORLD_SIZE: u64 = 1 << 24;
+
 /// Everything besides the manifest that determines a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanConfig {
@@ -157,6 +161,15 @@ impl PlanConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.world_size == 0 {
             return Err(ConfigError::new("world_size", "must be at least 1, got 0"));
+        }
+        if self.world_size > MAX_WORLD_SIZE {
+            return Err(ConfigError::new(
+                "world_size",
+                format!(
+                    "{} ranks is more than chute plans for (at most {MAX_WORLD_SIZE})",
+                    self.world_size
+                ),
+            ));
         }
         if self.rank >= self.world_size {
             return Err(ConfigError::new(

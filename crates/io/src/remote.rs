@@ -57,6 +57,9 @@ struct Io {
 
 static IO: Mutex<Option<Io>> = Mutex::new(None);
 
+/// Most threads of the I/O runtime's blocking pool (DNS lookups); idle ones exit after 10 s.
+const BLOCKING_THREADS: usize = 4;
+
 fn with_io<T>(f: impl FnOnce(&mut Io) -> Result<T, Error>) -> Result<T, Error> {
     let mut guard = IO.lock().unwrap_or_else(|p| p.into_inner());
     let pid = std::process::id();
@@ -67,6 +70,9 @@ fn with_io<T>(f: impl FnOnce(&mut Io) -> Result<T, Error>) -> Result<T, Error> {
         #[allow(clippy::disallowed_methods)]
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
+            // The blocking pool runs DNS lookups; bounded, so a burst of fetches cannot
+            // grow the process by hundreds of threads (tokio's default is 512).
+            .max_blocking_threads(BLOCKING_THREADS)
             .thread_name("chute-io")
             .enable_all()
             .build()
@@ -139,6 +145,16 @@ pub(crate) fn object(url: &str) -> Result<Object, Error> {
     let (authority, key) = rest.split_once('/').unwrap_or((rest, ""));
     let base = format!("{scheme}://{authority}");
     let bad = |why: String| Error::io(url, io::Error::new(io::ErrorKind::InvalidInput, why));
+    if scheme.starts_with("http") && key.contains('?') {
+        // The HTTP client takes the key as a path and would encode the query into it,
+        // asking for another object.
+        return Err(bad(
+            "URLs with a query string (presigned URLs) are not supported for \
+                        http(s) shards; serve the shards without one, or read the bucket \
+                        through s3://, gs:// or az:// with credentials in the environment"
+                .into(),
+        ));
+    }
     let path =
         ObjectPath::from_url_path(key).map_err(|e| bad(format!("not a valid object key: {e}")))?;
     let store = with_io(|io| {

@@ -170,6 +170,11 @@ fn elastic_resume_on_another_world_size_reads_the_rest_exactly_once() {
     assert!(e.to_string().contains("taken"), "{e}");
     s.taken = vec![(30, 4000)];
     assert!(l.restore(&s).is_err());
+    // A world size no job has: refused at once (an elastic resume walks the old ranks).
+    s.taken.clear();
+    s.world_size = 1 << 60;
+    let e = l.restore(&s).unwrap_err();
+    assert!(e.to_string().contains("world_size"), "{e}");
     assert!(
         l.next().is_some(),
         "a refused state leaves the loader as it was"
