@@ -19,12 +19,18 @@ ignored): a server that never recovers. Under /get503/ the rest of the path is f
 except GET requests for names ending in .tar, answered 503: a shard that opens (HEAD, index)
 but never downloads. HEAD requests are otherwise always forwarded as they are.
 
+With --complete-headers the proxy also fills gaps of an upstream's object API that clients
+rely on (gcp-storage-emulator's XML API answers HEAD with 501 and GET without Last-Modified,
+and ETag, all of which object_store requires): HEAD is answered with the headers of a GET,
+and a missing Last-Modified or ETag (a hash of the object's path and size) is added.
+
 Standard library only; listens on 127.0.0.1 (or --host, for a network namespace a test made
 itself). Prints "listening on PORT" once ready.
 """
 
 import argparse
 import asyncio
+import hashlib
 import itertools
 import sys
 
@@ -38,6 +44,8 @@ def parse_args():
     p.add_argument("--pattern", default="ok")
     p.add_argument("--stall-s", type=float, default=3.0)
     p.add_argument("--port-file", help="write the port here once listening")
+    p.add_argument("--complete-headers", action="store_true",
+                   help="answer HEAD from a GET upstream; add Last-Modified where missing")
     return p.parse_args()
 
 
@@ -129,10 +137,22 @@ async def handle(reader, writer):
                 continue
             if action == "reset":
                 return
-            status, rheaders, body = await fetch_upstream(method, target, headers)
+            up = "GET" if ARGS.complete_headers and method == "HEAD" else method
+            status, rheaders, body = await fetch_upstream(up, target, headers)
             out = [(k, v) for k, v in rheaders if k.lower() not in ("connection", "keep-alive")]
             if header(out, "content-length") is None:
                 out.append(("Content-Length", str(len(body))))
+            if ARGS.complete_headers:
+                status = status.replace("HTTP/1.0", "HTTP/1.1", 1)
+                if header(out, "last-modified") is None:
+                    out.append(("Last-Modified", "Tue, 01 Dec 2026 00:00:00 GMT"))
+                if header(out, "etag") is None:
+                    # Stable per object: its path and whole size (a range's Content-Range).
+                    size = (header(out, "content-range") or "").rpartition("/")[2] or len(body)
+                    tag = hashlib.md5(f"{target} {size}".encode()).hexdigest()
+                    out.append(("ETag", f'"{tag}"'))
+                if method == "HEAD":
+                    body = b""
             head = status + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in out) + "\r\n"
             writer.write(head.encode("latin-1"))
             if action in ("cut", "stall") and len(body) > 1:

@@ -5,6 +5,8 @@
 #   - scripts/faultproxy.py in front of nginx twice: one that misbehaves on a schedule
 #     (503, 429, bodies cut mid-way, resets, a stall) and one that always answers 503 under
 #     /always503/;
+#   - Azurite (blob) and gcp-storage-emulator when installed, each plain and behind a fault
+#     proxy (see below);
 # exports the CHUTE_TEST_* variables the tests read, and stops everything on exit (trap).
 # Needs: nginx on PATH or in /usr/sbin, and $VENV_PY with moto[server] installed.
 # For benchmarks (benchsuite/remote.sh): SERVERS_WWW=DIR serves DIR instead of a scratch
@@ -99,6 +101,45 @@ if [ -n "${SERVERS_LATENCY_MS:-}" ]; then
   export CHUTE_TEST_PASS_URL="http://127.0.0.1:$pass_port"
 fi
 
+# Azurite (npm, blob service in memory) and gcp-storage-emulator (pip, in the venv) for the
+# az:// and gs:// tests, each also behind a fault proxy. The GCS emulator's XML API answers
+# HEAD with 501 and GET without Last-Modified or ETag, which object_store requires: a proxy
+# with --complete-headers fills those in (plain, and misbehaving on a schedule).
+if command -v azurite-blob >/dev/null 2>&1; then
+  azure_port="$(free_port)"
+  azurite-blob --silent --skipApiVersionCheck --inMemoryPersistence --blobHost 127.0.0.1 \
+    --blobPort "$azure_port" > "$servers_dir/azurite.log" 2>&1 &
+  servers_pids+=($!)
+  wait_port "$azure_port" azurite
+  azure_proxy_port="$(free_port)"
+  "$VENV_PY" scripts/faultproxy.py --listen "$azure_proxy_port" --upstream "127.0.0.1:$azure_port" \
+    --pattern "ok,503,ok,cut,429,ok,reset,ok" > "$servers_dir/azure-proxy.log" 2>&1 &
+  servers_pids+=($!)
+  wait_port "$azure_proxy_port" "the Azure fault proxy"
+  export CHUTE_TEST_AZURE_URL="http://127.0.0.1:$azure_port"
+  export CHUTE_TEST_AZURE_PROXY_URL="http://127.0.0.1:$azure_proxy_port"
+fi
+if "$VENV_PY" -c "import gcp_storage_emulator" 2>/dev/null; then
+  gcs_port="$(free_port)"
+  "$VENV_PY" -m gcp_storage_emulator start --host 127.0.0.1 --port "$gcs_port" --in-memory \
+    > "$servers_dir/gcs.log" 2>&1 &
+  servers_pids+=($!)
+  wait_port "$gcs_port" "the GCS emulator"
+  gcs_plain_port="$(free_port)"
+  "$VENV_PY" scripts/faultproxy.py --listen "$gcs_plain_port" --upstream "127.0.0.1:$gcs_port" \
+    --complete-headers > "$servers_dir/gcs-plain.log" 2>&1 &
+  servers_pids+=($!)
+  wait_port "$gcs_plain_port" "the GCS header proxy"
+  gcs_proxy_port="$(free_port)"
+  "$VENV_PY" scripts/faultproxy.py --listen "$gcs_proxy_port" --upstream "127.0.0.1:$gcs_port" \
+    --complete-headers --pattern "ok,503,ok,cut,429,ok,reset,ok" > "$servers_dir/gcs-proxy.log" 2>&1 &
+  servers_pids+=($!)
+  wait_port "$gcs_proxy_port" "the GCS fault proxy"
+  export CHUTE_TEST_GCS_EMULATOR="http://127.0.0.1:$gcs_port"
+  export CHUTE_TEST_GCS_URL="http://127.0.0.1:$gcs_plain_port"
+  export CHUTE_TEST_GCS_PROXY_URL="http://127.0.0.1:$gcs_proxy_port"
+fi
+
 export CHUTE_TEST_HTTP_DIR="$www"
 export CHUTE_TEST_HTTP_URL="http://127.0.0.1:$nginx_port"
 export CHUTE_TEST_PROXY_URL="http://127.0.0.1:$proxy_port"
@@ -110,4 +151,4 @@ if [ "${SERVERS_S3:-1}" = 1 ]; then
   export AWS_ENDPOINT_URL="$CHUTE_TEST_S3_ENDPOINT" AWS_ALLOW_HTTP=true
   "$VENV_PY" -c 'import os, urllib.request; urllib.request.urlopen(urllib.request.Request(os.environ["CHUTE_TEST_S3_ENDPOINT"] + "/chute-test", method="PUT")).read()'
 fi
-echo "== test servers: nginx $CHUTE_TEST_HTTP_URL, moto ${CHUTE_TEST_S3_ENDPOINT:-off}, fault proxy $CHUTE_TEST_PROXY_URL"
+echo "== test servers: nginx $CHUTE_TEST_HTTP_URL, moto ${CHUTE_TEST_S3_ENDPOINT:-off}, fault proxy $CHUTE_TEST_PROXY_URL, azurite ${CHUTE_TEST_AZURE_URL:-off}, gcs emulator ${CHUTE_TEST_GCS_EMULATOR:-off}"

@@ -16,7 +16,8 @@ echo "== cargo doc"
 cargo doc --workspace --no-deps --locked --quiet
 # CHUTE_TEST_SERVERS=1 (set by .ci/run): start the servers the remote-storage tests read
 # from, on 127.0.0.1 only, until this script exits: nginx (must be installed; .ci/run
-# installs the Debian package), moto's S3 server (pip, into the venv) and chute's fault proxy
+# installs the Debian package), moto's S3 server and the GCS emulator (pip, into the venv),
+# Azurite when installed (.ci/run installs it with npm) and chute's fault proxy
 # (scripts/faultproxy.py). Without them those tests skip, saying so.
 PYTHON="${PYTHON:-python3}"
 if [ "${CHUTE_TEST_SERVERS:-0}" = 1 ]; then
@@ -24,7 +25,8 @@ if [ "${CHUTE_TEST_SERVERS:-0}" = 1 ]; then
   if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
   fi
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "moto[server]"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "moto[server]" \
+    gcp-storage-emulator azure-storage-blob
   VENV_PY="$PWD/.venv/bin/python"
   # shellcheck source=scripts/servers.sh
   source scripts/servers.sh

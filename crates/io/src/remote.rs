@@ -290,21 +290,25 @@ fn classify_generic(e: &object_store::Error) -> (bool, io::ErrorKind) {
         }
         cur = err.source();
     }
-    let text = e.to_string();
-    if let Some(at) = text.find("status code: ") {
-        let code: u16 = text[at + 13..]
-            .chars()
-            .take(3)
-            .collect::<String>()
-            .parse()
-            .unwrap_or(0);
-        return match code {
-            500..=599 | 429 | 408 => (true, io::ErrorKind::Other),
-            400 | 416 => (false, io::ErrorKind::InvalidInput),
-            _ => (false, io::ErrorKind::Other),
-        };
+    match status_code(e) {
+        // 501: the server does not implement the request (it will not start to).
+        Some(501) => (false, io::ErrorKind::Unsupported),
+        Some(500..=599 | 429 | 408) => (true, io::ErrorKind::Other),
+        Some(400 | 416) => (false, io::ErrorKind::InvalidInput),
+        _ => (false, io::ErrorKind::Other),
     }
-    (false, io::ErrorKind::Other)
+}
+
+/// The HTTP status of a store error, read from its message (`"... status code: 503 ..."`).
+fn status_code(e: &object_store::Error) -> Option<u16> {
+    let text = e.to_string();
+    let at = text.find("status code: ")?;
+    text[at + 13..]
+        .chars()
+        .take(3)
+        .collect::<String>()
+        .parse()
+        .ok()
 }
 
 /// An error and its sources, one line.
@@ -408,9 +412,43 @@ pub(crate) async fn head(
                     etag: meta.e_tag,
                 });
             }
+            Ok(Err(e)) if matches!(status_code(&e), Some(501 | 405)) => {
+                // A server without HEAD (the GCS emulator's XML API, some HTTP servers): the
+                // first byte's GET carries the size and ETag as well.
+                return head_by_get(obj, opts, stats).await;
+            }
             Ok(Err(e)) => Failure::from_store(&e),
             Err(_) => Failure::timeout("response", opts.timeout),
         };
+        r.failed(failure).await?;
+    }
+}
+
+/// [`head`] for servers that refuse HEAD: a GET of the first byte, with retries.
+async fn head_by_get(obj: &Object, opts: &RemoteOptions, stats: &IoStats) -> Result<Meta, Error> {
+    let mut r = Retrier::new(
+        &obj.url,
+        "GET of the first byte (the server refused HEAD)",
+        opts,
+        stats,
+    );
+    loop {
+        r.attempt();
+        let get = GetOptions {
+            range: Some(GetRange::Bounded(0..1)),
+            ..GetOptions::default()
+        };
+        let failure =
+            match tokio::time::timeout(opts.timeout, obj.store.get_opts(&obj.path, get)).await {
+                Ok(Ok(got)) => {
+                    return Ok(Meta {
+                        size: got.meta.size,
+                        etag: got.meta.e_tag,
+                    });
+                }
+                Ok(Err(e)) => Failure::from_store(&e),
+                Err(_) => Failure::timeout("response", opts.timeout),
+            };
         r.failed(failure).await?;
     }
 }
