@@ -124,10 +124,11 @@ def test_soak_memory_threads_and_files_stay_flat(proxy):
         assert files == base[3], f"open files {base[3]} -> {files} at batch {at}"
         # Pooled keep-alive connections come and go with the proxy's resets: a few at most.
         assert sockets <= 16, f"{sockets} sockets open at batch {at}"
-    # Threads: the main one, the workers, the I/O runtime's, and its blocking pool for DNS
-    # lookups (at most 4, idle ones leave after 10 s): the count moves within that pool.
+    # Threads (the process's, whatever other libraries run: torch's pools in a full test
+    # run): the count moves only within the I/O runtime's DNS pool (at most 4 threads, idle
+    # ones leave after 10 s).
     threads = [t for _, t, _, _ in marks.values()]
-    assert max(threads) - min(threads) <= 4 and max(threads) <= 1 + 2 + 2 + 4 + 2, marks
+    assert max(threads) - min(threads) <= 4, marks
     stats = loader.stats()
     # Every corrupt sample of every whole epoch, plus those of the last one met so far.
     full = (epochs - 1) * bad
