@@ -35,11 +35,6 @@ pub const CACHE_LIMIT: usize = 256 << 20;
 /// Alignment of every cached block (a page: enough for any layout this allocator caches).
 const BLOCK_ALIGN: usize = 4096;
 
-/// A transparent huge page. Blocks of this size or more are aligned to it and offered to the
-/// kernel for huge pages (`MADV_HUGEPAGE`, for systems whose THP setting is `madvise`): a
-/// fresh block then faults in 2 MiB at a time instead of 4 KiB, 512 times fewer faults.
-const HUGE: usize = 2 << 20;
-
 const CLASSES: usize = (MAX_CACHED.trailing_zeros() - MIN_CACHED.trailing_zeros() + 1) as usize;
 
 /// Freed blocks per size class (addresses; a `Mutex<Vec>` is const-constructible and its lock
@@ -83,27 +78,8 @@ fn try_lock(c: usize) -> Option<std::sync::MutexGuard<'static, Class>> {
 }
 
 fn block_layout(class: usize) -> Layout {
-    // Sizes are powers of two below 2^27 and the alignment a page or a huge page (no larger
-    // than the size): always a valid layout.
-    let size = MIN_CACHED << class;
-    let align = if size >= HUGE { HUGE } else { BLOCK_ALIGN };
-    Layout::from_size_align(size, align).expect("a valid block layout")
-}
-
-/// A fresh block of class `c` from the system, huge-page backed where it is large enough.
-fn fresh_block(c: usize) -> *mut u8 {
-    let layout = block_layout(c);
-    // SAFETY: a valid, non-zero-sized layout.
-    let block = unsafe { System.alloc(layout) };
-    #[cfg(target_os = "linux")]
-    if !block.is_null() && layout.size() >= HUGE {
-        // SAFETY: the block is ours, `layout.size()` bytes from a 2 MiB boundary; advice only
-        // (a kernel without THP ignores or refuses it, and nothing depends on the outcome).
-        unsafe {
-            libc::madvise(block.cast(), layout.size(), libc::MADV_HUGEPAGE);
-        }
-    }
-    block
+    // Sizes are powers of two below 2^27 and the alignment a page: always a valid layout.
+    Layout::from_size_align(MIN_CACHED << class, BLOCK_ALIGN).expect("a valid block layout")
 }
 
 // SAFETY: every block handed out is either the system allocator's for the same layout, or a
@@ -126,7 +102,8 @@ unsafe impl GlobalAlloc for CachingAlloc {
             CACHED_BYTES.fetch_sub(MIN_CACHED << c, Ordering::Relaxed);
             return block as *mut u8;
         }
-        fresh_block(c)
+        // SAFETY: a valid, non-zero-sized layout.
+        unsafe { System.alloc(block_layout(c)) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -209,12 +186,6 @@ mod tests {
             let s = a.alloc(small);
             let s = a.realloc(s, small, 1 << 20);
             a.dealloc(s, Layout::from_size_align(1 << 20, 8).unwrap());
-            // Blocks of 2 MiB and more start on a huge-page boundary.
-            let big = Layout::from_size_align(3 << 20, 64).unwrap();
-            let b = a.alloc(big);
-            assert!((b as usize).is_multiple_of(HUGE));
-            b.write_bytes(1, big.size());
-            a.dealloc(b, big);
             let huge = Layout::from_size_align(100 << 20, 64).unwrap();
             let h = a.alloc(huge);
             a.dealloc(h, huge);
