@@ -22,6 +22,8 @@ Polars frame in memory; every format may be read from URLs: ``s3://``, ``gs://``
 ``az://``, ``http(s)://``); a Hugging Face ``datasets.Dataset`` passed to ``Loader`` is read
 natively from its Arrow table; ``mix`` (weighted mixtures of any of these, with exact
 proportions per batch and weight schedules); ``set_remote_options`` and ``io_stats`` for those;
+``set_limits`` and ``limits`` (bounds on sizes read from the data: image pixels, record and
+decoded bytes, Example features, tokenizer inputs, as PIL's ``MAX_IMAGE_PIXELS``);
 ``doctor`` (which stage binds, and how many workers keep a step fed; returns a ``Diagnosis``)
 and ``serve_metrics`` (every loader's figures for Prometheus); ``Source``, ``Tensor`` and the
 exceptions
@@ -36,7 +38,9 @@ from ._chute import (
     arrow,
     dataset,
     io_stats,
+    limits,
     parquet,
+    set_limits,
     set_remote_options,
     tfrecord,
     tokens,
@@ -61,9 +65,11 @@ __all__ = [
     "dataset",
     "doctor",
     "io_stats",
+    "limits",
     "mix",
     "parquet",
     "serve_metrics",
+    "set_limits",
     "set_remote_options",
     "tfrecord",
     "tokens",

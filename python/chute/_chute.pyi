@@ -14,10 +14,12 @@ __all__ = [
     "collate_samples",
     "dataset",
     "io_stats",
+    "limits",
     "map_dataset",
     "mix",
     "parquet",
     "serve_metrics",
+    "set_limits",
     "set_remote_options",
     "shutdown",
     "tfrecord",
@@ -172,6 +174,28 @@ def set_remote_options(
 ) -> None:
     """How URLs are read (read-ahead shards, retries, seconds, node-local cache), for sources
     opened from now on; ``None`` keeps the ``CHUTE_*`` environment value or the default."""
+
+def set_limits(
+    *,
+    max_image_pixels: Optional[int] = None,
+    max_record_bytes: Optional[int] = None,
+    max_decoded_bytes: Optional[int] = None,
+    max_features: Optional[int] = None,
+    max_text_bytes: Optional[int] = None,
+) -> None:
+    """Sets this process's limits on sizes read from the data (as PIL's ``MAX_IMAGE_PIXELS``),
+    for sources opened and transforms built from now on; ``None`` keeps a limit's value.
+
+    ``max_image_pixels``: pixels an image header may declare (default 178,956,970, PIL's
+    ``DecompressionBombError`` limit). ``max_record_bytes``: a tar member or TFRecord record
+    (1 GiB). ``max_decoded_bytes``: a Parquet page or column of a row group, an Arrow record
+    batch, once decompressed (1 GiB). ``max_features``: features of one ``tf.train.Example``
+    (100,000). ``max_text_bytes``: text handed to a tokenizer at once (16 MiB). A size over a
+    limit is a data error naming the sample, the size and the limit (skipped and counted under
+    ``on_error="skip"``); nothing is allocated for it."""
+
+def limits() -> Dict[str, int]:
+    """The limits in force, by name (see ``set_limits``)."""
 
 def io_stats() -> Dict[str, int]:
     """Remote reads since the process started: ``bytes_fetched``, ``requests``, ``retries``,

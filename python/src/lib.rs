@@ -14,6 +14,7 @@
 //!   `webdataset`, `tfrecord`, `parquet`; `arrow_table` for Arrow data in memory through the
 //!   C stream interface); shards may be URLs.
 //! - `set_remote_options`, `io_stats` (`remote.rs`): how URLs are read, and what it cost.
+//! - `set_limits`, `limits` (`limits.rs`): bounds on sizes read from the data.
 //! - `PyTransform` (`transform.rs`): a Python callable as a chute transform, run on
 //!   the worker threads under the GIL.
 
@@ -27,6 +28,7 @@ static ALLOC: chute::core::alloc::CachingAlloc = chute::core::alloc::CachingAllo
 mod dataset;
 mod dlpack;
 mod errors;
+mod limits;
 mod loader;
 mod megatron;
 mod mixture;
@@ -39,6 +41,8 @@ mod transform;
 mod _chute {
     #[pymodule_export]
     use crate::dataset::{collate_samples, map_dataset};
+    #[pymodule_export]
+    use crate::limits::{limits, set_limits};
     #[pymodule_export]
     use crate::loader::Loader;
     #[pymodule_export]

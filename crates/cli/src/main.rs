@@ -55,6 +55,11 @@ static ALLOC: chute::core::alloc::CachingAlloc = chute::core::alloc::CachingAllo
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Set a limit on sizes read from the data, NAME=N (repeatable): max_image_pixels
+    /// (default 178956970), max_record_bytes and max_decoded_bytes (1073741824 each),
+    /// max_features (100000), max_text_bytes (16777216). A size over one is a data error.
+    #[arg(long = "limit", value_name = "NAME=N", global = true)]
+    limits: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,6 +98,17 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let mut limits = chute::core::Limits::current();
+    for assignment in &cli.limits {
+        match limits.with_assignment(assignment) {
+            Ok(l) => limits = l,
+            Err(e) => {
+                eprintln!("error: --limit: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        }
+    }
+    limits.install();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(*a),

@@ -19,6 +19,8 @@
 //! - [`TextEncoder`]: text to token ids, handed to sources that tokenize text when opened.
 //! - [`iostats`]: counters of remote reads (the process's and a shard set's), which chute-io
 //!   adds to and the engine's statistics report.
+//! - [`Limits`]: bounds on what a size read from the data may make chute allocate
+//!   (image pixels, record and decoded bytes, Example features, tokenizer inputs).
 //! - [`npy`]: numpy's `.npy` header parser and writer, shared by the formats and the ops.
 //!
 //! ```
@@ -44,6 +46,7 @@ mod dtype;
 mod encode;
 mod error;
 pub mod iostats;
+pub mod limits;
 mod manifest;
 pub mod mixture;
 pub mod npy;
@@ -62,6 +65,7 @@ pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
 pub use dtype::{DType, Element, cast_into, check_cast};
 pub use encode::TextEncoder;
 pub use error::{BoxError, ConfigError, Corruption, Error, OnError, Result, SampleRef, StateError};
+pub use limits::Limits;
 pub use manifest::{MANIFEST_VERSION, Manifest, ShardInfo};
 pub use mixture::{Component, MixMode, Mixture, MixtureBuilder, Policy};
 pub use plan::{MAX_WORLD_SIZE, Permutation, Plan, PlanConfig, Shuffle};

@@ -302,30 +302,54 @@ struct Pattern {
 fn edf(rates: &[u64], steps: u64, picks: usize) -> Vec<u16> {
     let k = rates.len();
     let mut counts = vec![0u64; k];
+    // Each component's next pick: the step it is released at (`u64::MAX` once it has all its
+    // picks) and its deadline, updated only when it is picked (no division in the loop).
+    let mut release = vec![u64::MAX; k];
+    let mut deadline = vec![0u64; k];
+    let next = |c: usize, n: u64, release: &mut [u64], deadline: &mut [u64]| {
+        let rate = rates[c];
+        if rate == 0 || n >= rate {
+            release[c] = u64::MAX;
+        } else {
+            release[c] = n * steps / rate;
+            deadline[c] = ((n + 1) * steps).div_ceil(rate);
+        }
+    };
+    for c in 0..k {
+        next(c, 0, &mut release, &mut deadline);
+    }
     let mut out = Vec::with_capacity(steps as usize * picks);
     let mut due: Vec<(u64, usize)> = Vec::with_capacity(k);
     for t in 0..steps {
         due.clear();
-        for c in 0..k {
-            let rate = rates[c];
-            if rate == 0 || counts[c] >= rate {
-                continue;
+        if picks == 1 {
+            // The released pick due first, the lowest index on ties.
+            let mut best: Option<(u64, usize)> = None;
+            for c in 0..k {
+                if release[c] <= t && best.is_none_or(|(d, _)| deadline[c] < d) {
+                    best = Some((deadline[c], c));
+                }
             }
-            // Released: floor(counts * steps / rate) <= t.
-            if counts[c] * steps < (t + 1) * rate {
-                due.push((((counts[c] + 1) * steps).div_ceil(rate), c));
-            }
+            due.extend(best);
+        } else {
+            due.extend(
+                (0..k)
+                    .filter(|&c| release[c] <= t)
+                    .map(|c| (deadline[c], c)),
+            );
+            due.sort_unstable();
         }
-        due.sort_unstable();
         for &(_, c) in due.iter().take(picks) {
             out.push(c as u16);
             counts[c] += 1;
+            next(c, counts[c], &mut release, &mut deadline);
         }
         // Unreachable when the rates sum to `picks * steps`: fill with any with room.
         for _ in due.len()..picks {
             let c = (0..k).find(|&c| counts[c] < rates[c]).unwrap_or(0);
             out.push(c as u16);
             counts[c] += 1;
+            next(c, counts[c], &mut release, &mut deadline);
         }
     }
     out
@@ -1707,6 +1731,67 @@ mod tests {
     use super::*;
     use crate::source::FnSource;
     use crate::{DType, Field};
+
+    /// `edf` as first written (each step recomputes every component's release and deadline
+    /// and sorts them): the stream chute has always drawn, which the faster `edf` must give
+    /// bit for bit (a mixture's order is part of its states and digests).
+    fn edf_reference(rates: &[u64], steps: u64, picks: usize) -> Vec<u16> {
+        let k = rates.len();
+        let mut counts = vec![0u64; k];
+        let mut out = Vec::with_capacity(steps as usize * picks);
+        let mut due: Vec<(u64, usize)> = Vec::with_capacity(k);
+        for t in 0..steps {
+            due.clear();
+            for c in 0..k {
+                let rate = rates[c];
+                if rate == 0 || counts[c] >= rate {
+                    continue;
+                }
+                if counts[c] * steps < (t + 1) * rate {
+                    due.push((((counts[c] + 1) * steps).div_ceil(rate), c));
+                }
+            }
+            due.sort_unstable();
+            for &(_, c) in due.iter().take(picks) {
+                out.push(c as u16);
+                counts[c] += 1;
+            }
+            for _ in due.len()..picks {
+                let c = (0..k).find(|&c| counts[c] < rates[c]).unwrap_or(0);
+                out.push(c as u16);
+                counts[c] += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn edf_draws_what_it_always_drew() {
+        let mut rng = SampleRng::from_key(99);
+        for case in 0..300 {
+            let k = 1 + rng.below(8) as usize;
+            let picks = 1 + rng.below(k.min(4) as u64) as usize;
+            let steps = if case % 10 == 0 {
+                QUANTUM
+            } else {
+                1 + rng.below(3000)
+            };
+            // Rates summing to picks * steps, as callers give them, or (one case in five) any.
+            let mut rates: Vec<u64> = (0..k).map(|_| rng.below(steps + 1)).collect();
+            if case % 5 != 0 {
+                let total = picks as u64 * steps;
+                let sum: u64 = rates.iter().sum::<u64>().max(1);
+                rates = rates.iter().map(|r| r * total / sum).collect();
+                let short = total - rates.iter().sum::<u64>();
+                rates[0] += short;
+            }
+            assert_eq!(
+                edf(&rates, steps, picks),
+                edf_reference(&rates, steps, picks),
+                "rates {rates:?}, steps {steps}, picks {picks}"
+            );
+        }
+    }
 
     /// A component of `len` samples whose field `v` is `tag * 1_000_000 + id`.
     fn comp(name: &str, tag: u64, len: u64) -> Component {

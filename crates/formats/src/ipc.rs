@@ -696,7 +696,9 @@ fn walk(
                     .header_as_dictionary_batch()
                     .expect("a dictionary header");
                 if let Some(b) = batch.data() {
-                    claimed += claims(origin, start, b, &data[m.body.clone()])?.0;
+                    let claim = claims(origin, start, b, &data[m.body.clone()])?.0;
+                    bound(origin, start, "dictionary batch", claim)?;
+                    claimed += claim;
                     weigh(origin, claimed)?;
                 }
                 let body = data.slice_with_length(m.body.start, m.body.len());
@@ -711,6 +713,7 @@ fn walk(
                     .header_as_record_batch()
                     .expect("a record batch header");
                 let (claim, payload) = claims(origin, start, batch, &data[m.body.clone()])?;
+                bound(origin, start, "record batch", claim)?;
                 claimed += claim;
                 weigh(origin, claimed)?;
                 let rows = u64::try_from(batch.length())
@@ -864,6 +867,27 @@ fn malformed(origin: &str, at: usize, why: impl std::fmt::Display) -> Error {
         at as u64,
         format!("not a readable Arrow IPC file or stream: {why}"),
     )
+}
+
+/// Refuses a batch whose compressed buffers claim more than the process's
+/// [`Limits::max_decoded_bytes`](chute_core::Limits) once decompressed.
+fn bound(origin: &str, at: usize, what: &str, claim: u64) -> Result<(), Error> {
+    let limit = chute_core::Limits::current().max_decoded_bytes;
+    if claim <= limit {
+        return Ok(());
+    }
+    Err(Error::corrupt_as(
+        Corruption::TooLarge,
+        origin,
+        at as u64,
+        chute_core::limits::exceeded(
+            &format!("the {what}'s compressed buffers"),
+            claim,
+            "bytes once decompressed",
+            "max_decoded_bytes",
+            limit,
+        ),
+    ))
 }
 
 /// Refuses a file whose compressed buffers claim more memory than this machine has.

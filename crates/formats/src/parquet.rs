@@ -33,6 +33,8 @@ use parquet::arrow::arrow_writer::ArrowWriter;
 use crate::Stack;
 use crate::columnar::{self, Kind, Layout, RowMajor};
 
+mod pages;
+
 /// How to read Parquet files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ParquetOptions {
@@ -62,6 +64,8 @@ struct FileMeta {
     meta: ArrowReaderMetadata,
     /// Each requested column's projection (its top-level field: a list's leaves come with it).
     masks: Vec<ProjectionMask>,
+    /// Each requested column's top-level field, by index in the file's schema.
+    roots: Vec<usize>,
 }
 
 /// One decoded column of a row group, shared by the workers that read from it. Whoever
@@ -163,11 +167,23 @@ impl ParquetSource {
                 .iter()
                 .map(|&i| ProjectionMask::roots(meta.parquet_schema(), [i]))
                 .collect();
+            let file_len = data.len() as u64;
+            let max_decoded = chute_core::Limits::current().max_decoded_bytes;
+            let descr = meta.parquet_schema();
             for (gi, rg) in meta.metadata().row_groups().iter().enumerate() {
+                pages::check_group(rg, gi, file_len, chunk_rows, max_decoded, |leaf| {
+                    leaf < descr.num_columns() && indices.contains(&descr.get_column_root_idx(leaf))
+                })
+                .map_err(|reason| Error::corrupt(&origin, 0, reason))?;
                 let rows = rg.num_rows().max(0) as u64;
                 let g = groups.len();
                 groups.push((fi, gi, rows));
-                offsets.push(rg.columns().first().map_or(0, |c| c.byte_range().0));
+                offsets.push(
+                    rg.columns()
+                        .first()
+                        .and_then(|c| pages::byte_range(c, file_len))
+                        .map_or(0, |r| r.0),
+                );
                 total_uncompressed += rg.total_byte_size();
                 group_chunks.push(chunks.len());
                 let mut first = 0;
@@ -193,6 +209,7 @@ impl ParquetSource {
                 data,
                 meta,
                 masks,
+                roots: indices,
             });
         }
         let (origin, columnar::Projected { names, kinds, .. }) = first.expect("at least one file");
@@ -348,6 +365,13 @@ impl ParquetSource {
         let rows = rows as usize;
         let f = &self.files[fi];
         let name = &self.names[c];
+        let max_decoded = chute_core::Limits::current().max_decoded_bytes;
+        let descr = f.meta.parquet_schema();
+        for (leaf, chunk) in f.meta.metadata().row_group(gi).columns().iter().enumerate() {
+            if leaf < descr.num_columns() && descr.get_column_root_idx(leaf) == f.roots[c] {
+                pages::check_pages(chunk, gi, &f.data, max_decoded)?;
+            }
+        }
         let reader =
             ParquetRecordBatchReaderBuilder::new_with_metadata(f.data.clone(), f.meta.clone())
                 .with_row_groups(vec![gi])

@@ -84,9 +84,10 @@ const BLOCK: u64 = BLOCK_SIZE as u64;
 /// Limits that keep hostile archives cheap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TarOptions {
-    /// The largest member (regular or skipped) accepted, in bytes. Default 64 GiB. Members are
-    /// never copied or allocated, so this guards streaming readers that would otherwise wait
-    /// for (or skip) a size read from a damaged header.
+    /// The largest member (regular or skipped) accepted, in bytes. Default: the process's
+    /// [`Limits::max_record_bytes`](chute_core::Limits) (1 GiB unless raised). It guards the
+    /// readers that would otherwise buffer, wait for or skip a size read from a damaged
+    /// header.
     pub max_member_size: u64,
     /// The largest pax extended header or GNU long name accepted, in bytes: these are the only
     /// bytes the decoder buffers. Default 1 MiB.
@@ -96,7 +97,7 @@ pub struct TarOptions {
 impl Default for TarOptions {
     fn default() -> Self {
         TarOptions {
-            max_member_size: 64 << 30,
+            max_member_size: chute_core::Limits::current().max_record_bytes,
             max_header_size: 1 << 20,
         }
     }
@@ -568,12 +569,12 @@ impl TarDecoder {
             return Err(self.corrupt_as(
                 Corruption::TooLarge,
                 at,
-                format!(
-                    "member {:?} declares {size} bytes, more than the limit of {} \
-                     (TarOptions::max_member_size); raise the limit if the shard really holds \
-                     members this large",
-                    String::from_utf8_lossy(&self.path),
-                    self.options.max_member_size
+                chute_core::limits::exceeded(
+                    &format!("member {:?}", String::from_utf8_lossy(&self.path)),
+                    size,
+                    "bytes",
+                    "max_record_bytes",
+                    self.options.max_member_size,
                 ),
             ));
         }
@@ -1501,7 +1502,11 @@ mod tests {
         h.set_size(10 << 30);
         h.set_cksum();
         assert_eq!(h.as_bytes()[124], 0x80);
-        let mut d = TarDecoder::new(URI, TarOptions::default());
+        let large = TarOptions {
+            max_member_size: 64 << 30,
+            ..TarOptions::default()
+        };
+        let mut d = TarDecoder::new(URI, large);
         let (used, m) = d.decode(h.as_bytes()).unwrap();
         let m = m.unwrap();
         assert_eq!(
@@ -1525,7 +1530,10 @@ mod tests {
             },
         );
         let e = d.decode(h.as_bytes()).unwrap_err();
-        assert!(reason(&e).2.contains("max_member_size"), "{e}");
+        assert!(
+            reason(&e).2.contains("max_record_bytes = 1073741824"),
+            "{e}"
+        );
 
         // Negative and oversized base-256 fields.
         let mut bad = *h.as_bytes();

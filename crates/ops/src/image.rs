@@ -115,9 +115,14 @@ pub fn check_pixels(data: &[u8], (h, w): (usize, usize), max: u64) -> Result<(),
     Err(OpError::ImageTooLarge {
         format: sniff(data).unwrap_or(ImageFormat::Png),
         reason: format!(
-            "its header declares {w} x {h} = {n} pixels, more than the decode op's max_pixels \
-             = {max} (a decompression bomb, or a very large image: raise max_pixels to decode \
-             it)"
+            "{} (or the decode op's own max_pixels)",
+            chute_core::limits::exceeded(
+                "its header",
+                format!("{w} x {h} = {n}"),
+                "pixels",
+                "max_image_pixels",
+                max
+            )
         ),
     })
 }

@@ -115,8 +115,10 @@ pub enum Op {
         reduced: bool,
         /// Most pixels (height x width, from the header) an image may declare: a larger one
         /// is a data error naming its size, refused before any pixel buffer is allocated, as
-        /// PIL's `MAX_IMAGE_PIXELS` does (default [`crate::image::DEFAULT_MAX_PIXELS`], PIL's
-        /// limit for its `DecompressionBombError`). Raise it for images that large.
+        /// PIL's `MAX_IMAGE_PIXELS` does (default: the process's
+        /// [`Limits::max_image_pixels`](chute_core::Limits) when the spec is built,
+        /// [`crate::image::DEFAULT_MAX_PIXELS`], PIL's limit for its `DecompressionBombError`,
+        /// unless raised). Raise it for images that large.
         #[serde(default = "default_max_pixels")]
         max_pixels: u64,
     },
@@ -495,7 +497,7 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
 }
 
 fn default_max_pixels() -> u64 {
-    crate::image::DEFAULT_MAX_PIXELS
+    chute_core::Limits::current().max_image_pixels
 }
 
 fn yes() -> bool {
@@ -505,18 +507,22 @@ fn yes() -> bool {
 /// The largest side an op's output may have (JPEG's largest).
 pub(crate) const MAX_SIDE: usize = 65_535;
 
-/// The most pixels an op's output may have (PIL's decompression-bomb limit, as `decode`'s
-/// `max_pixels` default).
-pub(crate) const MAX_OUT_PIXELS: usize = 178_956_970;
+/// The most pixels an op's output may have: the process's
+/// [`Limits::max_image_pixels`](chute_core::Limits), as `decode`'s `max_pixels` default (PIL's
+/// decompression-bomb limit unless raised).
+pub(crate) fn max_out_pixels() -> usize {
+    usize::try_from(chute_core::Limits::current().max_image_pixels).unwrap_or(usize::MAX)
+}
 
 fn check_params(op: &Op) -> Result<(), String> {
     let positive = |s: Size| {
         let (h, w) = s.square();
         if h == 0 || w == 0 {
             Err("a size of 0".to_string())
-        } else if h > MAX_SIDE || w > MAX_SIDE || h * w > MAX_OUT_PIXELS {
+        } else if h > MAX_SIDE || w > MAX_SIDE || h * w > max_out_pixels() {
             Err(format!(
-                "a size of {h} x {w}: at most {MAX_SIDE} a side and {MAX_OUT_PIXELS} pixels"
+                "a size of {h} x {w}: at most {MAX_SIDE} a side and {} pixels (max_image_pixels)",
+                max_out_pixels()
             ))
         } else {
             Ok(())

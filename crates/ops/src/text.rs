@@ -90,6 +90,7 @@ impl TextTokenizer {
 
     /// The ids of `text`, with `options`' special tokens and length.
     pub fn encode(&self, text: &str, options: EncodeOptions) -> Result<Vec<u32>, String> {
+        check_text_len(text.len())?;
         let enc = self
             .inner
             .encode_fast(text, options.add_special_tokens)
@@ -120,6 +121,7 @@ impl TextTokenizer {
             max_length: None,
             ..options
         };
+        check_text_len(prompt.len().saturating_add(response.len()))?;
         let mut ids = self.encode(prompt, head)?;
         let prompt_len = ids.len();
         let tail = self
@@ -141,4 +143,21 @@ impl TextTokenizer {
             .decode(ids, skip_special)
             .map_err(|e| format!("the tokenizer failed to decode: {e}"))
     }
+}
+
+/// Refuses a text longer than the process's
+/// [`Limits::max_text_bytes`](chute_core::Limits) before the tokenizer sees it (tokenizing
+/// takes about 20 times a text's size in memory: offsets, alignments, token strings).
+fn check_text_len(len: usize) -> Result<(), String> {
+    let limit = chute_core::Limits::current().max_text_bytes;
+    if len as u64 > limit {
+        return Err(chute_core::limits::exceeded(
+            "the text",
+            len as u64,
+            "bytes",
+            "max_text_bytes",
+            limit,
+        ));
+    }
+    Ok(())
 }

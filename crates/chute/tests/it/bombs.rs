@@ -101,12 +101,8 @@ fn bombs_in(dir: &Path) {
     features.extend(entry);
     example.push(features.len() as u8);
     example.extend(features);
-    let mut framed = (example.len() as u64).to_le_bytes().to_vec();
-    framed.extend(masked_crc32c(&framed[..8]).to_le_bytes());
-    framed.extend(&example);
-    framed.extend(masked_crc32c(&example).to_le_bytes());
     let ex = dir.join("example.tfrecord");
-    std::fs::write(&ex, &framed).unwrap();
+    std::fs::write(&ex, framed(&example)).unwrap();
     refused(&ex, Format::TfRecord, "Example", "example.tfrecord");
 
     // Parquet: a footer whose length claims 2 GiB.
@@ -117,6 +113,45 @@ fn bombs_in(dir: &Path) {
     let pqf = dir.join("bomb.parquet");
     std::fs::write(&pqf, &pq).unwrap();
     refused(&pqf, Format::Parquet, "parquet", "bomb.parquet");
+
+    // Parquet, hand-written so every size is the test's: a valid file first (so the bombs
+    // below are refused for what they declare, not for being unreadable), then a page whose
+    // header declares 2^31 - 1 bytes uncompressed (arrow-rs reserves that much before
+    // decompressing), a row group declaring 2^40 rows in 6 bytes (arrow-rs reserves a batch
+    // of them per column; chute would cut them into 2^26 shards) and one declaring 300 Mi
+    // rows of int32 in 1.3 MB (bytes that could hold them RLE-encoded, 1.2 GB decoded).
+    let good = dir.join("good.parquet");
+    std::fs::write(&good, parquet_file(4, 1, 0)).unwrap();
+    let src = chute::open(&[&good], &OpenOptions::default()).unwrap();
+    assert_eq!(src.manifest().total_samples(), 1);
+    src.read(0).expect("the hand-written Parquet file reads");
+    let page = dir.join("page-bomb.parquet");
+    std::fs::write(&page, parquet_file(i32::MAX, 1, 0)).unwrap();
+    refused(&page, Format::Parquet, "parquet page", "max_decoded_bytes");
+    let rows = dir.join("rows-bomb.parquet");
+    std::fs::write(&rows, parquet_file(4, 1 << 40, 0)).unwrap();
+    refused(&rows, Format::Parquet, "parquet rows", "could hold");
+    let wide = dir.join("wide-bomb.parquet");
+    std::fs::write(&wide, parquet_file(4, 300 << 20, 1300 << 10)).unwrap();
+    refused(&wide, Format::Parquet, "parquet rows", "max_decoded_bytes");
+
+    // Arrow IPC, zstd-compressed: a buffer whose uncompressed length is rewritten to 2 GiB
+    // (within what zstd could expand its 400 KB to, so only the limit stops it).
+    let ipc = dir.join("bomb.arrow");
+    std::fs::write(&ipc, ipc_bomb()).unwrap();
+    refused(&ipc, Format::Arrow, "arrow", "max_decoded_bytes");
+
+    // tf.train.Example: more features than max_features (each an empty map entry).
+    let mut features = Vec::new();
+    for _ in 0..100_001 {
+        features.extend([0x0A, 0x05, 0x0A, 0x01, b'a', 0x12, 0x00]);
+    }
+    let mut example = vec![0x0A];
+    varint(&mut example, features.len() as u64);
+    example.extend(features);
+    let many = dir.join("features.tfrecord");
+    std::fs::write(&many, framed(&example)).unwrap();
+    refused(&many, Format::TfRecord, "Example features", "max_features");
 
     // .npy token ids: a header declaring 10^11 x 4 int64 (3.2 TB) over 16 bytes of data.
     let mut header =
@@ -172,7 +207,175 @@ fn bombs_in(dir: &Path) {
         why.contains("60000 x 60000") && why.contains("65500 x 65500"),
         "{why}"
     );
-    assert!(why.contains("max_pixels"), "{why}");
+    assert!(why.contains("max_image_pixels"), "{why}");
+}
+
+/// A Parquet file of one required int32 column `x` and one row group of `rows` rows, whose
+/// one data page (snappy, 4 bytes of zeros) declares `uncompressed` bytes uncompressed,
+/// followed by `pad` zero bytes inside the column chunk: Parquet's Thrift compact encoding,
+/// written by hand.
+fn parquet_file(uncompressed: i32, rows: i64, pad: usize) -> Vec<u8> {
+    let snappy = [0x04, 0x0C, 0, 0, 0, 0]; // length 4, a literal of 4 bytes
+    let mut page = Thrift::default();
+    page.i32(1, 0); // DATA_PAGE
+    page.i32(2, uncompressed);
+    page.i32(3, snappy.len() as i32);
+    page.begin(5); // DataPageHeader
+    page.i32(1, 1); // num_values
+    page.i32(2, 0); // PLAIN
+    page.i32(3, 3); // RLE
+    page.i32(4, 3);
+    page.end();
+    page.end();
+    let mut file = b"PAR1".to_vec();
+    file.extend(&page.out);
+    file.extend(snappy);
+    file.resize(file.len() + pad, 0);
+    let chunk_len = (page.out.len() + snappy.len() + pad) as i64;
+    let mut meta = Thrift::default();
+    meta.i32(1, 1); // version
+    meta.list(2, 12, 2); // schema
+    meta.element();
+    meta.binary(4, b"schema");
+    meta.i32(5, 1); // num_children
+    meta.end();
+    meta.element();
+    meta.i32(1, 1); // INT32
+    meta.i32(3, 0); // REQUIRED
+    meta.binary(4, b"x");
+    meta.end();
+    meta.i64(3, rows);
+    meta.list(4, 12, 1); // row_groups
+    meta.element();
+    meta.list(1, 12, 1); // columns
+    meta.element();
+    meta.i64(2, 4); // file_offset
+    meta.begin(3); // ColumnMetaData
+    meta.i32(1, 1); // INT32
+    meta.list(2, 5, 1);
+    meta.out.push(0); // [PLAIN]
+    meta.list(3, 8, 1);
+    meta.out.extend([1, b'x']); // path ["x"]
+    meta.i32(4, 1); // SNAPPY
+    meta.i64(5, rows);
+    meta.i64(6, chunk_len);
+    meta.i64(7, chunk_len);
+    meta.i64(9, 4); // data_page_offset
+    meta.end();
+    meta.end(); // ColumnChunk
+    meta.i64(2, chunk_len); // total_byte_size
+    meta.i64(3, rows);
+    meta.end(); // RowGroup
+    meta.end(); // FileMetaData
+    file.extend(&meta.out);
+    file.extend((meta.out.len() as u32).to_le_bytes());
+    file.extend(b"PAR1");
+    file
+}
+
+/// Thrift's compact protocol, as much as [`parquet_file`] needs.
+#[derive(Default)]
+struct Thrift {
+    out: Vec<u8>,
+    last: Vec<i16>,
+    id: i16,
+}
+
+impl Thrift {
+    fn field(&mut self, id: i16, ty: u8) {
+        let delta = id - self.id;
+        assert!((1..=15).contains(&delta));
+        self.out.push(((delta as u8) << 4) | ty);
+        self.id = id;
+    }
+    fn zigzag(&mut self, v: i64) {
+        varint(&mut self.out, ((v << 1) ^ (v >> 63)) as u64);
+    }
+    fn i32(&mut self, id: i16, v: i32) {
+        self.field(id, 5);
+        self.zigzag(i64::from(v));
+    }
+    fn i64(&mut self, id: i16, v: i64) {
+        self.field(id, 6);
+        self.zigzag(v);
+    }
+    fn binary(&mut self, id: i16, b: &[u8]) {
+        self.field(id, 8);
+        varint(&mut self.out, b.len() as u64);
+        self.out.extend(b);
+    }
+    fn list(&mut self, id: i16, elem: u8, n: u8) {
+        self.field(id, 9);
+        self.out.push((n << 4) | elem);
+    }
+    /// A struct field `id`; fields follow until [`Thrift::end`].
+    fn begin(&mut self, id: i16) {
+        self.field(id, 12);
+        self.element();
+    }
+    /// A struct as a list element.
+    fn element(&mut self) {
+        self.last.push(self.id);
+        self.id = 0;
+    }
+    fn end(&mut self) {
+        self.out.push(0);
+        self.id = self.last.pop().unwrap_or(0);
+    }
+}
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// An Arrow IPC file (zstd) of 400,000 pseudo-random int64s below 256 (compressible, so
+/// arrow-rs keeps them compressed: about 400 KB) whose data buffer's uncompressed-length
+/// prefix is rewritten to 2 GiB.
+fn ipc_bomb() -> Vec<u8> {
+    use arrow_array::{Int64Array, RecordBatch};
+    use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let values: Vec<i64> = (0..400_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x & 0xFF) as i64
+        })
+        .collect();
+    let batch = RecordBatch::try_from_iter([(
+        "x",
+        Arc::new(Int64Array::from(values)) as arrow_array::ArrayRef,
+    )])
+    .unwrap();
+    let options = IpcWriteOptions::default()
+        .try_with_compression(Some(arrow_ipc::CompressionType::ZSTD))
+        .unwrap();
+    let mut out = Vec::new();
+    let mut w = FileWriter::try_new_with_options(&mut out, &batch.schema(), options).unwrap();
+    w.write(&batch).unwrap();
+    w.finish().unwrap();
+    drop(w);
+    let prefix = (400_000u64 * 8).to_le_bytes();
+    let at: Vec<usize> = (0..out.len() - 8)
+        .filter(|&i| out[i..i + 8] == prefix)
+        .collect();
+    assert_eq!(at.len(), 1, "one buffer of 3,200,000 bytes");
+    out[at[0]..at[0] + 8].copy_from_slice(&(1u64 << 31).to_le_bytes());
+    out
+}
+
+/// `record` as one TFRecord record (lengths and CRCs right).
+fn framed(record: &[u8]) -> Vec<u8> {
+    let mut out = (record.len() as u64).to_le_bytes().to_vec();
+    out.extend(masked_crc32c(&out[..8]).to_le_bytes());
+    out.extend(record);
+    out.extend(masked_crc32c(record).to_le_bytes());
+    out
 }
 
 /// A PNG whose IHDR declares 60,000 x 60,000 RGB pixels (10.8 GB), with one byte of data.

@@ -2,9 +2,12 @@
 //! pipeline the first byte picks (a plain decode, the fused crop and resize paths that decode
 //! a region or a DCT-scaled image, normalize and CHW into the batch slot, a small pixel limit),
 //! either decode or fail with an error; never a panic, never an allocation the header merely
-//! claims. Both ways the engine runs a pipeline: `apply`, and `apply_into` a batch slot.
+//! claims. Both ways the engine runs a pipeline: `apply`, and `apply_into` a batch slot. Images
+//! are limited to 2^16 pixels (`max_image_pixels`) so an execution stays cheap.
 
 #![no_main]
+
+mod common;
 
 use bytes::Bytes;
 use chute_core::{Field, Sample, SampleRng, Transform};
@@ -21,6 +24,7 @@ const SPECS: [&str; 6] = [
 ];
 
 fuzz_target!(|data: &[u8]| {
+    common::small_images();
     let Some((&pick, image)) = data.split_first() else {
         return;
     };

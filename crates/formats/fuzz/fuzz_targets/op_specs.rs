@@ -1,8 +1,11 @@
 //! Op specs (`Pipeline::from_json`, the `transforms=` JSON): any text is refused with a clear
 //! error or builds a pipeline that runs on a sample of every kind of field (a JPEG, a label,
-//! text, an `.npy`, raw bytes), giving values or errors; never a panic.
+//! text, an `.npy`, raw bytes), giving values or errors; never a panic. Op outputs are limited
+//! to 2^16 pixels (`max_image_pixels`) so an execution stays cheap.
 
 #![no_main]
+
+mod common;
 
 use std::sync::OnceLock;
 
@@ -25,6 +28,7 @@ fn jpeg() -> &'static Bytes {
 }
 
 fuzz_target!(|data: &[u8]| {
+    common::small_images();
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

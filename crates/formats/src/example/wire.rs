@@ -70,6 +70,7 @@ enum Problem {
     GroupMismatch { end: u32, start: u32 },
     FloatPacking(usize),
     NameNotUtf8(usize),
+    TooManyFeatures { limit: u64 },
 }
 
 impl Problem {
@@ -94,6 +95,13 @@ impl Problem {
             Problem::FloatPacking(n) => {
                 format!("a packed float_list holds {n} bytes, not a multiple of 4")
             }
+            Problem::TooManyFeatures { limit } => chute_core::limits::exceeded(
+                "the Example",
+                limit + 1,
+                "features or more",
+                "max_features",
+                limit,
+            ),
             Problem::NameNotUtf8(len) => format!(
                 "feature name {:?} is not UTF-8",
                 String::from_utf8_lossy(data.get(at..at + len).unwrap_or_default())
@@ -420,9 +428,13 @@ impl<'a> FeatureRef<'a> {
 }
 
 /// Calls `f(name, feature)` for each map entry of the example, in the order of the record
-/// (duplicates included; features with no kind set left out).
+/// (duplicates included; features with no kind set left out). More map entries than the
+/// process's [`Limits::max_features`](chute_core::Limits) are an error at the first one over
+/// (each feature costs far more memory decoded than its few bytes on the wire).
 #[inline]
 pub(super) fn visit<'a>(data: &'a [u8], mut f: impl FnMut(&'a str, FeatureRef<'a>)) -> Parsed<()> {
+    let limit = chute_core::Limits::current().max_features;
+    let mut count = 0u64;
     let mut example = Cursor::new(data, 0..data.len());
     while !example.at_end() {
         let (field, wire, at) = example.tag()?;
@@ -438,6 +450,10 @@ pub(super) fn visit<'a>(data: &'a [u8], mut f: impl FnMut(&'a str, FeatureRef<'a
                 continue;
             }
             let entry_range = features.len_delimited()?;
+            count += 1;
+            if count > limit {
+                return bad(at, Problem::TooManyFeatures { limit });
+            }
             let mut entry = Cursor::new(data, entry_range.clone());
             let mut key = entry_range.start..entry_range.start;
             let mut value = None;

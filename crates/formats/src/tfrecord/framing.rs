@@ -11,7 +11,8 @@ pub const HEADER_LEN: usize = 12;
 pub const FOOTER_LEN: usize = 4;
 /// Framing bytes per record: a record of `n` data bytes takes `n + 16` bytes in the file.
 pub const FRAME_OVERHEAD: usize = HEADER_LEN + FOOTER_LEN;
-/// The default [`FramingOptions::max_record_bytes`]: 1 GiB.
+/// The default [`Limits::max_record_bytes`](chute_core::Limits): 1 GiB. The options'
+/// defaults are the process's limit, which is this unless raised.
 pub const DEFAULT_MAX_RECORD_BYTES: u64 = 1 << 30;
 
 /// The GZIP magic number and the deflate method byte.
@@ -34,8 +35,9 @@ pub struct FramingOptions {
     /// Verify both CRCs of every record (the default). Off, a corrupt length is still caught
     /// by `max_record_bytes` and the file's end, but corrupt data is not.
     pub verify_checksums: bool,
-    /// The largest record accepted, in data bytes (default [`DEFAULT_MAX_RECORD_BYTES`]). A
-    /// longer declared length is reported as corruption instead of being trusted.
+    /// The largest record accepted, in data bytes (default: the process's
+    /// [`Limits::max_record_bytes`](chute_core::Limits), [`DEFAULT_MAX_RECORD_BYTES`] unless
+    /// raised). A longer declared length is reported as corruption instead of being trusted.
     pub max_record_bytes: u64,
 }
 
@@ -43,7 +45,7 @@ impl Default for FramingOptions {
     fn default() -> Self {
         FramingOptions {
             verify_checksums: true,
-            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            max_record_bytes: chute_core::Limits::current().max_record_bytes,
         }
     }
 }
@@ -221,10 +223,12 @@ pub(super) fn check_header(
             Corruption::TooLarge,
             origin,
             offset,
-            format!(
-                "record declares {len} bytes of data, more than max_record_bytes ({}); the \
-                 file is corrupt or not a TFRecord file, or raise max_record_bytes",
-                options.max_record_bytes
+            chute_core::limits::exceeded(
+                "the record",
+                len,
+                "bytes of data (is the file a TFRecord file?)",
+                "max_record_bytes",
+                options.max_record_bytes,
             ),
         ));
     }
@@ -501,7 +505,7 @@ mod tests {
         let (_, offset, reason) = corrupt(all(&bytes, FramingOptions::default()).unwrap_err());
         assert_eq!(offset, 0);
         assert!(
-            reason.contains("more than max_record_bytes (1073741824)"),
+            reason.contains("more than max_record_bytes = 1073741824"),
             "{reason}"
         );
         // Within the limit, with checks off: the decoder asks for the bytes and allocates none.

@@ -12,8 +12,7 @@ use chute_core::{
 use chute_io::{IoSnapshot, Location, ShardSet};
 
 use super::framing::{
-    DEFAULT_MAX_RECORD_BYTES, FRAME_OVERHEAD, FramingOptions, HEADER_LEN, check_data, check_header,
-    looks_gzip,
+    FRAME_OVERHEAD, FramingOptions, HEADER_LEN, check_data, check_header, looks_gzip,
 };
 use super::index::{IndexEntry, build_index, parse_index};
 use super::reader::has_gz_extension;
@@ -33,7 +32,9 @@ pub struct TfRecordOptions {
     /// Verify both CRCs of each record when it is read (the default), and the length CRCs
     /// while scanning.
     pub verify_checksums: bool,
-    /// The largest record accepted, in bytes of data (default [`DEFAULT_MAX_RECORD_BYTES`]).
+    /// The largest record accepted, in bytes of data (default: the process's
+    /// [`Limits::max_record_bytes`](chute_core::Limits), [`DEFAULT_MAX_RECORD_BYTES`](super::DEFAULT_MAX_RECORD_BYTES) unless
+    /// raised).
     pub max_record_bytes: u64,
     /// Decode records as `tf.train.Example`s into fields (the default, with default
     /// options), or `None` for raw records: one [`Field::Bytes`] field, [`RECORD_FIELD`].
@@ -46,7 +47,7 @@ impl Default for TfRecordOptions {
     fn default() -> Self {
         TfRecordOptions {
             verify_checksums: true,
-            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            max_record_bytes: chute_core::Limits::current().max_record_bytes,
             example: Some(ExampleOptions::default()),
             index: IndexMode::Auto,
         }

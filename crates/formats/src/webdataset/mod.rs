@@ -88,7 +88,7 @@ mod source;
 mod testing;
 mod writer;
 
-pub use crate::braces::{MAX_EXPANSIONS, expand_braces};
+pub use crate::braces::{MAX_EXPANSIONS, expand_braces, expand_braces_at_most};
 pub use crate::indexed::{INDEX_SUFFIX, index_path};
 pub use group::{Samples, read_sample, read_span};
 pub use index::{INDEX_HEADER, SampleSpan, ShardIndex};

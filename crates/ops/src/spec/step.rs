@@ -593,19 +593,21 @@ fn resize_to(
     bounded(out, (h, w))
 }
 
-/// Refuses a resize to more than [`super::MAX_OUT_PIXELS`] pixels (an image of an extreme
+/// Refuses a resize to more than `max_image_pixels` pixels (an image of an extreme
 /// aspect ratio, its shorter side resized without `max_size`) before anything is allocated.
 fn bounded((oh, ow): (usize, usize), (h, w): (usize, usize)) -> Result<(usize, usize), OpError> {
     match oh.checked_mul(ow) {
-        Some(n) if n <= super::MAX_OUT_PIXELS && oh <= super::MAX_SIDE && ow <= super::MAX_SIDE => {
+        Some(n)
+            if n <= super::max_out_pixels() && oh <= super::MAX_SIDE && ow <= super::MAX_SIDE =>
+        {
             Ok((oh, ow))
         }
         _ => Err(OpError::wrong_input(
             "resize",
             format!(
-                "a {h} x {w} image would be resized to {oh} x {ow}, more than {} pixels or {} a \
-                 side; give resize a max_size",
-                super::MAX_OUT_PIXELS,
+                "a {h} x {w} image would be resized to {oh} x {ow}, more than {} pixels \
+                 (max_image_pixels) or {} a side; give resize a max_size",
+                super::max_out_pixels(),
                 super::MAX_SIDE
             ),
         )),

@@ -1,0 +1,307 @@
+//! What a Parquet file declares before arrow-rs allocates for it, checked first.
+//!
+//! arrow-rs trusts three sizes it reads from the file: a row group's row count (it reserves
+//! a batch of that many values per column), a page header's uncompressed size (it reserves
+//! that much before decompressing) and a column chunk's byte range (it panics on a negative
+//! one). A bit flip or a hostile writer turns any of them into an allocation the process
+//! cannot survive. [`check_group`] bounds the first and third when a file is opened and
+//! [`check_pages`] the second before a column chunk is decoded, against
+//! [`Limits::max_decoded_bytes`](chute_core::Limits).
+
+use parquet::basic::Type as Physical;
+use parquet::file::metadata::{ColumnChunkMetaData, RowGroupMetaData};
+
+/// Rows a row group may declare per byte of its column chunks, on top of one chunk of
+/// rows: constant columns (RLE runs, or all-null pages) encode many rows a byte, but a row
+/// count far past what the chunks could hold is a corrupt or hostile footer, and each
+/// chunk of rows costs a shard entry when the file is opened.
+const ROWS_PER_BYTE: u64 = 256;
+
+/// The bytes a column chunk's values take decoded, per row: its physical width (4 for a
+/// variable-length value's offset) plus its definition and repetition levels.
+fn width(c: &ColumnChunkMetaData) -> u64 {
+    let d = c.column_descr();
+    let value = match d.physical_type() {
+        Physical::BOOLEAN => 1,
+        Physical::INT32 | Physical::FLOAT | Physical::BYTE_ARRAY => 4,
+        Physical::INT64 | Physical::DOUBLE => 8,
+        Physical::INT96 => 12,
+        Physical::FIXED_LEN_BYTE_ARRAY => d.type_length().max(1) as u64,
+    };
+    value + 2 * u64::from(d.max_def_level() > 0) + 2 * u64::from(d.max_rep_level() > 0)
+}
+
+/// A column chunk's byte range in a file of `file_len` bytes, if it lies inside it.
+pub(super) fn byte_range(c: &ColumnChunkMetaData, file_len: u64) -> Option<(u64, u64)> {
+    let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
+    let (start, len) = (
+        u64::try_from(start).ok()?,
+        u64::try_from(c.compressed_size()).ok()?,
+    );
+    (start.checked_add(len)? <= file_len).then_some((start, len))
+}
+
+/// Checks row group `gi` of a file of `file_len` bytes when it is opened: every column
+/// chunk lies in the file, its row count is one its chunks could hold (`chunk_rows` rows,
+/// plus [`ROWS_PER_BYTE`] a byte), and no leaf of a projected column (`projected(leaf)`)
+/// decodes to more than `max_decoded` bytes. The reason names what and the limit.
+pub(super) fn check_group(
+    rg: &RowGroupMetaData,
+    gi: usize,
+    file_len: u64,
+    chunk_rows: u64,
+    max_decoded: u64,
+    projected: impl Fn(usize) -> bool,
+) -> Result<(), String> {
+    let rows = u64::try_from(rg.num_rows())
+        .map_err(|_| format!("row group {gi} declares {} rows", rg.num_rows()))?;
+    let mut bytes = 0u64;
+    for c in rg.columns() {
+        let Some((_, len)) = byte_range(c, file_len) else {
+            return Err(format!(
+                "row group {gi}, column {}: its chunk (offset {}, {} bytes) does not lie in \
+                 the file's {file_len} bytes; the file is cut short or corrupt",
+                c.column_path(),
+                c.dictionary_page_offset().unwrap_or(c.data_page_offset()),
+                c.compressed_size()
+            ));
+        };
+        bytes = bytes.saturating_add(len);
+    }
+    let most = bytes
+        .saturating_mul(ROWS_PER_BYTE)
+        .saturating_add(chunk_rows);
+    if rows > most {
+        return Err(format!(
+            "row group {gi} declares {rows} rows in {bytes} bytes of column chunks, more than \
+             they could hold ({most}); the footer is corrupt"
+        ));
+    }
+    for (leaf, c) in rg.columns().iter().enumerate() {
+        if !projected(leaf) {
+            continue;
+        }
+        let decoded = rows.saturating_mul(width(c));
+        if decoded > max_decoded {
+            return Err(chute_core::limits::exceeded(
+                &format!("row group {gi}, column {} ({rows} rows)", c.column_path()),
+                decoded,
+                "bytes decoded",
+                "max_decoded_bytes",
+                max_decoded,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Walks the page headers of column chunk `c` of row group `gi` in `data` (the file) and
+/// refuses a page whose header declares more than `max_decoded` bytes uncompressed (arrow-rs
+/// reserves that much before decompressing it). Headers this reader cannot follow end the
+/// walk: arrow-rs then reports the damage itself.
+pub(super) fn check_pages(
+    c: &ColumnChunkMetaData,
+    gi: usize,
+    data: &[u8],
+    max_decoded: u64,
+) -> Result<(), String> {
+    let Some((start, len)) = byte_range(c, data.len() as u64) else {
+        return Ok(()); // refused when opened
+    };
+    let (mut at, end) = (start as usize, (start + len) as usize);
+    while at < end {
+        let Some((header_len, uncompressed, compressed)) = page_header(&data[at..end]) else {
+            return Ok(());
+        };
+        if uncompressed as u64 > max_decoded {
+            return Err(chute_core::limits::exceeded(
+                &format!(
+                    "row group {gi}, column {}: the page at offset {at}",
+                    c.column_path()
+                ),
+                uncompressed as u64,
+                "bytes uncompressed",
+                "max_decoded_bytes",
+                max_decoded,
+            ));
+        }
+        at = match at
+            .checked_add(header_len)
+            .and_then(|a| a.checked_add(compressed as usize))
+        {
+            Some(next) => next,
+            None => return Ok(()),
+        };
+    }
+    Ok(())
+}
+
+/// A page header's length and its uncompressed and compressed sizes (fields 2 and 3 of
+/// Parquet's Thrift `PageHeader`, compact protocol), or `None` if the bytes are not one or
+/// a size is negative.
+fn page_header(bytes: &[u8]) -> Option<(usize, u32, u32)> {
+    let mut r = Compact { bytes, at: 0 };
+    let (mut uncompressed, mut compressed) = (None, None);
+    let mut last = 0i64;
+    loop {
+        let (id, ty) = match r.field(&mut last)? {
+            None => break,
+            Some(f) => f,
+        };
+        match (id, ty) {
+            (2, I32) => uncompressed = Some(r.zigzag()?),
+            (3, I32) => compressed = Some(r.zigzag()?),
+            _ => r.skip(ty, 0)?,
+        }
+    }
+    let size = |v: Option<i64>| u32::try_from(v?).ok();
+    Some((r.at, size(uncompressed)?, size(compressed)?))
+}
+
+// Thrift compact protocol types.
+const TRUE: u8 = 1;
+const FALSE: u8 = 2;
+const I8: u8 = 3;
+const I16: u8 = 4;
+const I32: u8 = 5;
+const I64: u8 = 6;
+const DOUBLE: u8 = 7;
+const BINARY: u8 = 8;
+const LIST: u8 = 9;
+const SET: u8 = 10;
+const MAP: u8 = 11;
+const STRUCT: u8 = 12;
+const UUID: u8 = 13;
+
+/// Nesting deeper than this is not a page header.
+const MAX_DEPTH: u32 = 16;
+
+/// A cursor over Thrift compact-protocol bytes: just enough to find two fields and skip
+/// the rest.
+struct Compact<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Compact<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.at)?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn advance(&mut self, n: usize) -> Option<()> {
+        self.at = self.at.checked_add(n).filter(|&a| a <= self.bytes.len())?;
+        Some(())
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f).checked_shl(shift)?;
+            if b < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn zigzag(&mut self) -> Option<i64> {
+        let v = self.varint()?;
+        Some((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+
+    /// The next field's id and type, `None` at the struct's end.
+    fn field(&mut self, last: &mut i64) -> Option<Option<(i64, u8)>> {
+        let b = self.byte()?;
+        if b == 0 {
+            return Some(None);
+        }
+        let (delta, ty) = (b >> 4, b & 0x0f);
+        let id = if delta == 0 {
+            self.zigzag()?
+        } else {
+            *last + i64::from(delta)
+        };
+        *last = id;
+        Some(Some((id, ty)))
+    }
+
+    fn skip(&mut self, ty: u8, depth: u32) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match ty {
+            TRUE | FALSE => Some(()),
+            I8 => self.advance(1),
+            I16 | I32 | I64 => self.varint().map(drop),
+            DOUBLE => self.advance(8),
+            UUID => self.advance(16),
+            BINARY => {
+                let n = usize::try_from(self.varint()?).ok()?;
+                self.advance(n)
+            }
+            LIST | SET => {
+                let h = self.byte()?;
+                let n = match h >> 4 {
+                    15 => self.varint()?,
+                    n => u64::from(n),
+                };
+                let elem = h & 0x0f;
+                for _ in 0..n {
+                    if elem == TRUE || elem == FALSE {
+                        self.advance(1)?;
+                    } else {
+                        self.skip(elem, depth + 1)?;
+                    }
+                }
+                Some(())
+            }
+            MAP => {
+                let n = self.varint()?;
+                if n == 0 {
+                    return Some(());
+                }
+                let kv = self.byte()?;
+                for _ in 0..n {
+                    self.skip(kv >> 4, depth + 1)?;
+                    self.skip(kv & 0x0f, depth + 1)?;
+                }
+                Some(())
+            }
+            STRUCT => {
+                let mut last = 0;
+                while let Some((_, t)) = self.field(&mut last)? {
+                    self.skip(t, depth + 1)?;
+                }
+                Some(())
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_sizes_and_skips_the_rest() {
+        // type=0 (i32), uncompressed=100, compressed=50, then a struct field 5 holding an
+        // i32 and a binary, then stop.
+        let mut h = vec![0x15, 0x00, 0x15, 200, 1, 0x15, 100];
+        h.extend([0x1c, 0x15, 0x04, 0x18, 0x02, b'h', b'i', 0x00]);
+        h.push(0x00);
+        assert_eq!(page_header(&h), Some((h.len(), 100, 50)));
+        // Cut short, negative, or not compact thrift: not a header.
+        assert_eq!(page_header(&h[..5]), None);
+        assert_eq!(
+            page_header(&[0x15, 0x00, 0x15, 0x01, 0x15, 0x02, 0x00]),
+            None
+        );
+        assert_eq!(page_header(&[0x1f, 0x00]), None);
+        // A list of a million elements in two bytes ends at the input's end.
+        assert_eq!(page_header(&[0x19, 0xf5, 0x80, 0x89, 0x7a]), None);
+    }
+}
