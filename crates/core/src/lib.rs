@@ -21,6 +21,7 @@
 //!   adds to and the engine's statistics report.
 //! - [`Limits`]: bounds on what a size read from the data may make chute allocate
 //!   (image pixels, record and decoded bytes, Example features, tokenizer inputs).
+//! - [`quiet`]: third-party decoders' panics on hostile bytes caught without a message.
 //! - [`npy`]: numpy's `.npy` header parser and writer, shared by the formats and the ops.
 //!
 //! ```
@@ -52,6 +53,7 @@ pub mod mixture;
 pub mod npy;
 mod plan;
 pub mod planner;
+pub mod quiet;
 pub mod redact;
 mod rng;
 mod sample;

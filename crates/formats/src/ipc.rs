@@ -130,11 +130,14 @@ impl ArrowSource {
             let data = Buffer::from(bytes);
             // The flatbuffer verifier bounds what it reads, but a decoder that panics on a
             // corrupt message is a bad file, not a crash.
-            let scanned =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scan(&origin, &data, fi)))
-                    .unwrap_or_else(|_| {
-                        Err(Error::corrupt(&origin, 0, "the IPC metadata is corrupt"))
-                    })?;
+            let scanned = chute_core::quiet::catch_quietly(|| scan(&origin, &data, fi))
+                .unwrap_or_else(|why| {
+                    Err(Error::corrupt(
+                        &origin,
+                        0,
+                        format!("the IPC metadata is corrupt (the reader failed: {why})"),
+                    ))
+                })?;
             let (schema, dictionaries, these_parts) = scanned;
             let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
             let projection = these.places.clone();
@@ -340,8 +343,8 @@ impl ArrowSource {
         let part = &self.parts[p];
         part.columns
             .get_or_init(|| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode(p)))
-                    .unwrap_or_else(|_| Err("the decoder failed on corrupt data".into()))
+                chute_core::quiet::catch_quietly(|| self.decode(p))
+                    .unwrap_or_else(|why| Err(format!("the decoder failed on corrupt data: {why}")))
             })
             .as_deref()
             .map_err(|reason| {

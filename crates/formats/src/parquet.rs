@@ -141,6 +141,18 @@ impl ParquetSource {
         if paths.is_empty() {
             return Err(ConfigError::new("paths", "no Parquet files given").into());
         }
+        Self::from_bytes(crate::open_whole(paths, false)?, options)
+    }
+
+    /// Opens Parquet files already in memory, each `(name, bytes)` (a memory map's view, a
+    /// download): what [`ParquetSource::open`] does once it has the bytes.
+    pub fn from_bytes(
+        contents: Vec<(String, Bytes)>,
+        options: ParquetOptions,
+    ) -> Result<Self, Error> {
+        if contents.is_empty() {
+            return Err(ConfigError::new("paths", "no Parquet files given").into());
+        }
         let mut files = Vec::new();
         let mut groups = Vec::new();
         let mut offsets = Vec::new();
@@ -150,12 +162,17 @@ impl ParquetSource {
         let chunk_rows = options.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1) as u64;
         let mut first: Option<(String, columnar::Projected)> = None;
         let mut total_uncompressed = 0i64;
-        for (fi, (origin, data)) in crate::open_whole(paths, false)?.into_iter().enumerate() {
+        // Bytes of the files opened before this one (their row counts are checked against
+        // them, with this file's, by `pages::check_shards`).
+        let mut files_bytes = 0u64;
+        for (fi, (origin, data)) in contents.into_iter().enumerate() {
             let path = PathBuf::from(&origin);
-            let meta =
-                ArrowReaderMetadata::load(&data, ArrowReaderOptions::new()).map_err(|e| {
-                    Error::corrupt(&origin, 0, format!("not a readable Parquet file: {e}"))
-                })?;
+            let meta = chute_core::quiet::catch_quietly(|| {
+                ArrowReaderMetadata::load(&data, ArrowReaderOptions::new())
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|r| r)
+            .map_err(|e| Error::corrupt(&origin, 0, format!("not a readable Parquet file: {e}")))?;
             let schema = meta.schema().clone();
             let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
             let indices = these.places.clone();
@@ -171,7 +188,7 @@ impl ParquetSource {
             let max_decoded = chute_core::Limits::current().max_decoded_bytes;
             let descr = meta.parquet_schema();
             for (gi, rg) in meta.metadata().row_groups().iter().enumerate() {
-                pages::check_group(rg, gi, file_len, chunk_rows, max_decoded, |leaf| {
+                pages::check_group(rg, gi, file_len, max_decoded, |leaf| {
                     leaf < descr.num_columns() && indices.contains(&descr.get_column_root_idx(leaf))
                 })
                 .map_err(|reason| Error::corrupt(&origin, 0, reason))?;
@@ -202,8 +219,17 @@ impl ParquetSource {
                         break;
                     }
                     first += n;
+                    if shards.len() as u64 > pages::FREE_SHARDS {
+                        pages::check_shards(
+                            shards.len() as u64,
+                            files_bytes + file_len,
+                            &format!("row group {gi}"),
+                        )
+                        .map_err(|reason| Error::corrupt(&origin, 0, reason))?;
+                    }
                 }
             }
+            files_bytes += file_len;
             files.push(FileMeta {
                 path: path.to_path_buf(),
                 data,
@@ -350,10 +376,10 @@ impl ParquetSource {
     /// decoder panic: that is a bad file, not a crash).
     fn decode(&self, g: usize, c: usize) -> Result<ArrayRef, String> {
         let (fi, gi, _) = self.groups[g];
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_inner(g, c)))
-            .unwrap_or_else(|_| {
+        chute_core::quiet::catch_quietly(|| self.decode_inner(g, c))
+            .unwrap_or_else(|why| {
                 Err(format!(
-                    "row group {gi}, column {:?}: the decoder failed on corrupt data",
+                    "row group {gi}, column {:?}: the decoder failed on corrupt data ({why})",
                     self.names[c]
                 ))
             })

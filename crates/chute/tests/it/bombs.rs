@@ -118,8 +118,10 @@ fn bombs_in(dir: &Path) {
     // below are refused for what they declare, not for being unreadable), then a page whose
     // header declares 2^31 - 1 bytes uncompressed (arrow-rs reserves that much before
     // decompressing), a row group declaring 2^40 rows in 6 bytes (arrow-rs reserves a batch
-    // of them per column; chute would cut them into 2^26 shards) and one declaring 300 Mi
-    // rows of int32 in 1.3 MB (bytes that could hold them RLE-encoded, 1.2 GB decoded).
+    // of them per column; chute would cut them into 2^26 shards), one declaring 300 Mi rows
+    // of int32 in 1.3 MB (bytes that could hold them RLE-encoded, 1.2 GB decoded) and 65 row
+    // groups of 2^28 rows each (1 GiB decoded each, within the limit, but 2^20 shards in all
+    // from a file of a few hundred bytes).
     let good = dir.join("good.parquet");
     std::fs::write(&good, parquet_file(4, 1, 0)).unwrap();
     let src = chute::open(&[&good], &OpenOptions::default()).unwrap();
@@ -130,7 +132,15 @@ fn bombs_in(dir: &Path) {
     refused(&page, Format::Parquet, "parquet page", "max_decoded_bytes");
     let rows = dir.join("rows-bomb.parquet");
     std::fs::write(&rows, parquet_file(4, 1 << 40, 0)).unwrap();
-    refused(&rows, Format::Parquet, "parquet rows", "could hold");
+    refused(&rows, Format::Parquet, "parquet rows", "max_decoded_bytes");
+    let groups = dir.join("groups-bomb.parquet");
+    std::fs::write(&groups, parquet_groups(1 << 28, 65)).unwrap();
+    refused(
+        &groups,
+        Format::Parquet,
+        "parquet row groups",
+        "shards of rows",
+    );
     let wide = dir.join("wide-bomb.parquet");
     std::fs::write(&wide, parquet_file(4, 300 << 20, 1300 << 10)).unwrap();
     refused(&wide, Format::Parquet, "parquet rows", "max_decoded_bytes");
@@ -215,6 +225,16 @@ fn bombs_in(dir: &Path) {
 /// followed by `pad` zero bytes inside the column chunk: Parquet's Thrift compact encoding,
 /// written by hand.
 fn parquet_file(uncompressed: i32, rows: i64, pad: usize) -> Vec<u8> {
+    parquet_with(uncompressed, rows, pad, 1)
+}
+
+/// A file as [`parquet_file`]'s with `groups` row groups of `rows` rows, all pointing at the
+/// one column chunk.
+fn parquet_groups(rows: i64, groups: u8) -> Vec<u8> {
+    parquet_with(4, rows, 0, groups)
+}
+
+fn parquet_with(uncompressed: i32, rows: i64, pad: usize, groups: u8) -> Vec<u8> {
     let snappy = [0x04, 0x0C, 0, 0, 0, 0]; // length 4, a literal of 4 bytes
     let mut page = Thrift::default();
     page.i32(1, 0); // DATA_PAGE
@@ -244,8 +264,26 @@ fn parquet_file(uncompressed: i32, rows: i64, pad: usize) -> Vec<u8> {
     meta.i32(3, 0); // REQUIRED
     meta.binary(4, b"x");
     meta.end();
-    meta.i64(3, rows);
-    meta.list(4, 12, 1); // row_groups
+    meta.i64(3, rows * i64::from(groups));
+    meta.field(4, 9); // row_groups
+    if groups < 15 {
+        meta.out.push((groups << 4) | 12);
+    } else {
+        meta.out.push(0xF0 | 12);
+        varint(&mut meta.out, u64::from(groups));
+    }
+    for _ in 0..groups {
+        row_group(&mut meta, rows, chunk_len);
+    }
+    meta.end(); // FileMetaData
+    file.extend(&meta.out);
+    file.extend((meta.out.len() as u32).to_le_bytes());
+    file.extend(b"PAR1");
+    file
+}
+
+/// A RowGroup of one int32 column chunk of `rows` rows, its page at offset 4.
+fn row_group(meta: &mut Thrift, rows: i64, chunk_len: i64) {
     meta.element();
     meta.list(1, 12, 1); // columns
     meta.element();
@@ -266,11 +304,6 @@ fn parquet_file(uncompressed: i32, rows: i64, pad: usize) -> Vec<u8> {
     meta.i64(2, chunk_len); // total_byte_size
     meta.i64(3, rows);
     meta.end(); // RowGroup
-    meta.end(); // FileMetaData
-    file.extend(&meta.out);
-    file.extend((meta.out.len() as u32).to_le_bytes());
-    file.extend(b"PAR1");
-    file
 }
 
 /// Thrift's compact protocol, as much as [`parquet_file`] needs.

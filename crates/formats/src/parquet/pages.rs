@@ -6,16 +6,29 @@
 //! one). A bit flip or a hostile writer turns any of them into an allocation the process
 //! cannot survive. [`check_group`] bounds the first and third when a file is opened and
 //! [`check_pages`] the second before a column chunk is decoded, against
-//! [`Limits::max_decoded_bytes`](chute_core::Limits).
+//! [`Limits::max_decoded_bytes`](chute_core::Limits); [`check_shards`] bounds the shards the
+//! row counts make against the files' bytes.
 
 use parquet::basic::Type as Physical;
 use parquet::file::metadata::{ColumnChunkMetaData, RowGroupMetaData};
 
-/// Rows a row group may declare per byte of its column chunks, on top of one chunk of
-/// rows: constant columns (RLE runs, or all-null pages) encode many rows a byte, but a row
-/// count far past what the chunks could hold is a corrupt or hostile footer, and each
-/// chunk of rows costs a shard entry when the file is opened.
-const ROWS_PER_BYTE: u64 = 256;
+/// Shards a dataset may have beyond one per 64 bytes of its files: a row count is a claim
+/// (constant columns encode many rows a byte), and each shard of rows costs an entry in the
+/// manifest when the files are opened, so a footer claiming 2^40 rows must not make 2^26.
+pub(super) const FREE_SHARDS: u64 = 1 << 20;
+
+/// Refuses a dataset that would have `shards` shards over `bytes` bytes of files: more
+/// than [`FREE_SHARDS`] and one per 64 bytes. `at` names the row group that went over.
+pub(super) fn check_shards(shards: u64, bytes: u64, at: &str) -> Result<(), String> {
+    let most = FREE_SHARDS.max(bytes / 64);
+    if shards <= most {
+        return Ok(());
+    }
+    Err(format!(
+        "{at}: the row counts declared so far make {shards} shards of rows in {bytes} bytes of \
+         files, more than such files can hold ({most}); a footer is corrupt, or raise chunk_rows"
+    ))
+}
 
 /// The bytes a column chunk's values take decoded, per row: its physical width (4 for a
 /// variable-length value's offset) plus its definition and repetition levels.
@@ -42,22 +55,20 @@ pub(super) fn byte_range(c: &ColumnChunkMetaData, file_len: u64) -> Option<(u64,
 }
 
 /// Checks row group `gi` of a file of `file_len` bytes when it is opened: every column
-/// chunk lies in the file, its row count is one its chunks could hold (`chunk_rows` rows,
-/// plus [`ROWS_PER_BYTE`] a byte), and no leaf of a projected column (`projected(leaf)`)
-/// decodes to more than `max_decoded` bytes. The reason names what and the limit.
+/// chunk lies in the file, and no leaf of a projected column (`projected(leaf)`) decodes to
+/// more than `max_decoded` bytes (its row count times its width). The reason names what and
+/// the limit.
 pub(super) fn check_group(
     rg: &RowGroupMetaData,
     gi: usize,
     file_len: u64,
-    chunk_rows: u64,
     max_decoded: u64,
     projected: impl Fn(usize) -> bool,
 ) -> Result<(), String> {
     let rows = u64::try_from(rg.num_rows())
         .map_err(|_| format!("row group {gi} declares {} rows", rg.num_rows()))?;
-    let mut bytes = 0u64;
     for c in rg.columns() {
-        let Some((_, len)) = byte_range(c, file_len) else {
+        if byte_range(c, file_len).is_none() {
             return Err(format!(
                 "row group {gi}, column {}: its chunk (offset {}, {} bytes) does not lie in \
                  the file's {file_len} bytes; the file is cut short or corrupt",
@@ -65,17 +76,7 @@ pub(super) fn check_group(
                 c.dictionary_page_offset().unwrap_or(c.data_page_offset()),
                 c.compressed_size()
             ));
-        };
-        bytes = bytes.saturating_add(len);
-    }
-    let most = bytes
-        .saturating_mul(ROWS_PER_BYTE)
-        .saturating_add(chunk_rows);
-    if rows > most {
-        return Err(format!(
-            "row group {gi} declares {rows} rows in {bytes} bytes of column chunks, more than \
-             they could hold ({most}); the footer is corrupt"
-        ));
+        }
     }
     for (leaf, c) in rg.columns().iter().enumerate() {
         if !projected(leaf) {
