@@ -153,7 +153,13 @@ pub fn decode(
 ) -> Result<Image, OpError> {
     match sniff(data) {
         Some(ImageFormat::Jpeg) => crate::jpeg::decode(data, mode, min_size),
-        Some(ImageFormat::Png) => decode_png(data, mode),
+        Some(ImageFormat::Png) => chute_core::quiet::catch_quietly(|| decode_png(data, mode))
+            .unwrap_or_else(|why| {
+                Err(OpError::corrupt(
+                    ImageFormat::Png,
+                    format!("the decoder failed on its data ({why})"),
+                ))
+            }),
         None => Err(OpError::not_an_image(data)),
     }
 }

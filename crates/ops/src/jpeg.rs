@@ -161,7 +161,16 @@ pub(crate) fn decode_crop(
 /// Full-size decode with zune-jpeg.
 fn decode_zune(data: &[u8], mode: ColorMode) -> Result<Image, OpError> {
     let mut d = JpegDecoder::new_with_options(ZCursor::new(data), options(mode));
-    let pixels = d.decode().map_err(zune_error)?;
+    // zune-jpeg panics on some corrupt scans (found by the image_ops fuzz target: an
+    // unwrap in its AVX2 IDCT): a bad file, not a crash.
+    let pixels = chute_core::quiet::catch_quietly(|| d.decode())
+        .map_err(|why| {
+            OpError::corrupt(
+                ImageFormat::Jpeg,
+                format!("the decoder failed on its data ({why})"),
+            )
+        })?
+        .map_err(zune_error)?;
     let (w, h) = d.dimensions().ok_or_else(no_frame_header)?;
     let channels = mode.channels();
     if pixels.len() != w * h * channels {
@@ -176,4 +185,19 @@ fn decode_zune(data: &[u8], mode: ColorMode) -> Result<Image, OpError> {
         channels,
         data: pixels,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The image_ops fuzz target's first crash (2026-12-02, minimized): a JPEG on which
+    /// zune-jpeg's AVX2 IDCT unwraps `None`. A corrupt-image error, never a panic.
+    #[test]
+    fn a_scan_that_panics_zune_is_a_corrupt_image() {
+        let data = include_bytes!("../testdata/zune-idct-panic.jpg");
+        let e = decode_zune(data, ColorMode::Rgb).unwrap_err();
+        assert!(matches!(e, OpError::CorruptImage { .. }), "{e}");
+        assert!(crate::image::decode(data, ColorMode::Rgb, None).is_err());
+    }
 }

@@ -1,7 +1,8 @@
 //! Parquet files: opening any bytes never panics, never aborts on an allocation a footer,
 //! page header or row count merely claims (chute checks them first, against
 //! `max_decoded_bytes` and the shard budget), and every sample of what opens reads or fails
-//! with an error, one by one and as a batch.
+//! with an error, one by one and as a batch. `max_decoded_bytes` is 16 MiB here, so a file
+//! that declares (within the limit) a gigabyte of rows costs an execution little.
 
 #![no_main]
 
@@ -11,6 +12,13 @@ use chute_formats::parquet::{ParquetOptions, ParquetSource};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    static LIMITS: std::sync::Once = std::sync::Once::new();
+    LIMITS.call_once(|| {
+        chute_core::Limits::default()
+            .with("max_decoded_bytes", 16 << 20)
+            .expect("a valid limit")
+            .install();
+    });
     let contents = vec![("fuzz.parquet".to_string(), Bytes::copy_from_slice(data))];
     let Ok(source) = ParquetSource::from_bytes(contents, ParquetOptions::default()) else {
         return;
