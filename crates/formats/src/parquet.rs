@@ -167,6 +167,7 @@ impl ParquetSource {
         let mut files_bytes = 0u64;
         for (fi, (origin, data)) in contents.into_iter().enumerate() {
             let path = PathBuf::from(&origin);
+            pages::check_footer(&data).map_err(|reason| Error::corrupt(&origin, 0, reason))?;
             let meta = chute_core::quiet::catch_quietly(|| {
                 ArrowReaderMetadata::load(&data, ArrowReaderOptions::new())
                     .map_err(|e| e.to_string())
