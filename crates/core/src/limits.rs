@@ -9,8 +9,9 @@
 //! The limits are process-wide, as PIL's `Image.MAX_IMAGE_PIXELS` is: [`Limits::current`]
 //! reads them, [`Limits::install`] replaces them (Python: `chute.set_limits(...)`; the CLI:
 //! `--limit NAME=N`). Sources and transforms read them when opened or built (some checks
-//! read them again when they run): set them before opening the data. Sizes a format can check against the bytes actually present (an
-//! index's entry count, a `.npy` shape, a Megatron `.idx`'s sequence count) are checked
+//! read them again when they run): set them before opening the data. Sizes a format can
+//! check against the bytes actually present (an index's entry count, a `.npy` shape, a
+//! Megatron `.idx`'s sequence count) are checked
 //! against those bytes instead and need no limit.
 //!
 //! ```
