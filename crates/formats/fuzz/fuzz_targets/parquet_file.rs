@@ -6,19 +6,15 @@
 
 #![no_main]
 
+mod common;
+
 use bytes::Bytes;
 use chute_core::{BufferPool, Source};
 use chute_formats::parquet::{ParquetOptions, ParquetSource};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    static LIMITS: std::sync::Once = std::sync::Once::new();
-    LIMITS.call_once(|| {
-        chute_core::Limits::default()
-            .with("max_decoded_bytes", 16 << 20)
-            .expect("a valid limit")
-            .install();
-    });
+    common::limit("max_decoded_bytes", 16 << 20);
     let contents = vec![("fuzz.parquet".to_string(), Bytes::copy_from_slice(data))];
     let Ok(source) = ParquetSource::from_bytes(contents, ParquetOptions::default()) else {
         return;

@@ -1,12 +1,12 @@
 //! What several fuzz targets share.
 
-/// Images of at most 2^16 pixels (`max_image_pixels`, which bounds decodes and op outputs
-/// alike), so an execution stays cheap; larger declared sizes are refused by the same check.
-pub fn small_images() {
+/// Sets limit `name` to `value` once per process, so an execution stays cheap: sizes above
+/// it are refused by the same checks that refuse bombs at the default limit.
+pub fn limit(name: &str, value: u64) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         chute_core::Limits::default()
-            .with("max_image_pixels", 1 << 16)
+            .with(name, value)
             .expect("a valid limit")
             .install();
     });
