@@ -138,6 +138,41 @@ fn planner(c: &mut Criterion) {
     g.finish();
 }
 
+/// The ids of one batch of 4,096 from a plan (what a worker computes per batch): 5,000,000
+/// samples in shards of 16,384, as a Parquet file's row groups become.
+fn batch_ids(c: &mut Criterion) {
+    use chute::core::{Plan, PlanConfig};
+    let shards = (0..306)
+        .map(|i| ShardInfo {
+            path: format!("part-{i}"),
+            samples: 16_384,
+            bytes: 1 << 20,
+        })
+        .collect();
+    let manifest = Manifest::new("parquet", shards);
+    let mut g = c.benchmark_group("plan");
+    g.throughput(Throughput::Elements(4096));
+    for shuffle in [Shuffle::block(), Shuffle::Global, Shuffle::None] {
+        let cfg = PlanConfig {
+            shuffle,
+            batch_size: 4096,
+            ..PlanConfig::default()
+        };
+        let plan = Plan::new(&manifest, &cfg).unwrap();
+        let mut ids = Vec::with_capacity(4096);
+        let mut at = 0;
+        g.bench_function(format!("batch_ids_of_4096/shuffle={shuffle}"), |b| {
+            b.iter(|| {
+                ids.clear();
+                at = (at + 4096) % (plan.len() - 4096);
+                plan.extend_ids(at..at + 4096, &mut ids);
+                black_box(ids[4095])
+            })
+        });
+    }
+    g.finish();
+}
+
 fn tokens(c: &mut Criterion) {
     const TOKENS: u64 = 64 << 20; // 128 MiB of uint16, in page cache after the first epoch
     const SEQ: usize = 1024;
@@ -222,5 +257,5 @@ fn tokens(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, overhead, stats, planner, tokens);
+criterion_group!(benches, overhead, stats, planner, batch_ids, tokens);
 criterion_main!(benches);
