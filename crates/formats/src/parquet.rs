@@ -34,6 +34,7 @@ use crate::Stack;
 use crate::columnar::{self, Kind, Layout, RowMajor};
 
 mod pages;
+mod thrift;
 
 /// How to read Parquet files.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -188,9 +189,16 @@ impl ParquetSource {
             let file_len = data.len() as u64;
             let max_decoded = chute_core::Limits::current().max_decoded_bytes;
             let descr = meta.parquet_schema();
+            // Each projected root's values per row (fixed-size lists multiply them).
+            let per_root: HashMap<usize, u64> = indices
+                .iter()
+                .map(|&i| (i, pages::values_per_row(schema.field(i).data_type())))
+                .collect();
             for (gi, rg) in meta.metadata().row_groups().iter().enumerate() {
                 pages::check_group(rg, gi, file_len, max_decoded, |leaf| {
-                    leaf < descr.num_columns() && indices.contains(&descr.get_column_root_idx(leaf))
+                    (leaf < descr.num_columns())
+                        .then(|| per_root.get(&descr.get_column_root_idx(leaf)).copied())
+                        .flatten()
                 })
                 .map_err(|reason| Error::corrupt(&origin, 0, reason))?;
                 let rows = rg.num_rows().max(0) as u64;

@@ -144,6 +144,17 @@ fn bombs_in(dir: &Path) {
     let wide = dir.join("wide-bomb.parquet");
     std::fs::write(&wide, parquet_file(4, 300 << 20, 1300 << 10)).unwrap();
     refused(&wide, Format::Parquet, "parquet rows", "max_decoded_bytes");
+    // A file arrow-rs wrote whose embedded Arrow schema says each row is a list of 2^22
+    // floats, every row null: arrow-rs fills a null row of a fixed-size list with its size
+    // in values, 4 GiB here (found by the parquet_file fuzz target).
+    let lists = dir.join("fixed-list-bomb.parquet");
+    std::fs::write(&lists, fixed_list_bomb()).unwrap();
+    refused(
+        &lists,
+        Format::Parquet,
+        "parquet fixed-size lists",
+        "max_decoded_bytes",
+    );
 
     // Arrow IPC, zstd-compressed: a buffer whose uncompressed length is rewritten to 2 GiB
     // (within what zstd could expand its 400 KB to, so only the limit stops it).
@@ -399,6 +410,84 @@ fn ipc_bomb() -> Vec<u8> {
         .collect();
     assert_eq!(at.len(), 1, "one buffer of 3,200,000 bytes");
     out[at[0]..at[0] + 8].copy_from_slice(&(1u64 << 31).to_le_bytes());
+    out
+}
+
+/// A Parquet file of 256 null rows of a fixed-size list of float32 (written by arrow-rs with
+/// lists of 2,766 floats, a size whose bytes occur once in the schema), whose embedded Arrow
+/// schema (`ARROW:schema`, base64) is edited to say lists of 2^22 floats.
+fn fixed_list_bomb() -> Vec<u8> {
+    use arrow_array::RecordBatch;
+    use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
+    const K: i32 = 2766;
+    let mut lists = FixedSizeListBuilder::new(Float32Builder::new(), K);
+    for _ in 0..256 {
+        lists.values().append_nulls(K as usize);
+        lists.append(false);
+    }
+    let batch =
+        RecordBatch::try_from_iter([("x", Arc::new(lists.finish()) as arrow_array::ArrayRef)])
+            .unwrap();
+    let mut out = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes::Bytes::from(out.clone()))
+        .unwrap();
+    let schema = meta
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|kv| kv.key == "ARROW:schema"))
+        .and_then(|kv| kv.value.clone())
+        .expect("arrow-rs embeds the Arrow schema");
+    let mut ipc = from_base64(schema.as_bytes());
+    let size: Vec<usize> = (0..ipc.len() - 4)
+        .filter(|&i| ipc[i..i + 4] == K.to_le_bytes())
+        .collect();
+    assert_eq!(size.len(), 1, "the list size occurs once in the schema");
+    ipc[size[0]..size[0] + 4].copy_from_slice(&(1i32 << 22).to_le_bytes());
+    let edited = to_base64(&ipc);
+    let at: Vec<usize> = (0..out.len() - schema.len())
+        .filter(|&i| out[i..i + schema.len()] == *schema.as_bytes())
+        .collect();
+    assert_eq!(at.len(), 1);
+    assert_eq!(edited.len(), schema.len());
+    out[at[0]..at[0] + schema.len()].copy_from_slice(&edited);
+    out
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 (with padding) decoded.
+fn from_base64(text: &[u8]) -> Vec<u8> {
+    let (mut out, mut n, mut bits) = (Vec::new(), 0u32, 0);
+    for &c in text.iter().take_while(|&&c| c != b'=') {
+        let v = BASE64.iter().position(|&a| a == c).expect("base64") as u32;
+        n = (n << 6 | v) & 0xFF_FFFF;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((n >> bits) as u8);
+        }
+    }
+    out
+}
+
+/// `data` in standard base64 (with padding).
+fn to_base64(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for chunk in data.chunks(3) {
+        let b = |i: usize| u32::from(*chunk.get(i).unwrap_or(&0));
+        let n = b(0) << 16 | b(1) << 8 | b(2);
+        for i in 0..4 {
+            out.push(if i <= chunk.len() {
+                BASE64[(n >> (18 - 6 * i) & 63) as usize]
+            } else {
+                b'='
+            });
+        }
+    }
     out
 }
 

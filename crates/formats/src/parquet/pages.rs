@@ -9,8 +9,11 @@
 //! [`Limits::max_decoded_bytes`](chute_core::Limits); [`check_shards`] bounds the shards the
 //! row counts make against the files' bytes.
 
+use arrow_schema::DataType;
 use parquet::basic::Type as Physical;
 use parquet::file::metadata::{ColumnChunkMetaData, RowGroupMetaData};
+
+use super::thrift::{self, Compact, FILE_META_DATA, I32, PAGE_HEADER, STRUCT};
 
 /// Shards a dataset may have beyond one per 64 bytes of its files: a row count is a claim
 /// (constant columns encode many rows a byte), and each shard of rows costs an entry in the
@@ -54,16 +57,41 @@ pub(super) fn byte_range(c: &ColumnChunkMetaData, file_len: u64) -> Option<(u64,
     (start.checked_add(len)? <= file_len).then_some((start, len))
 }
 
+/// The values each row of a column of type `t` holds at least, per leaf: the product of the
+/// fixed-size lists around it (arrow-rs writes that many values for each null row of such a
+/// list, so a schema claiming lists of 2^30 floats makes a few null rows gigabytes). Variable
+/// lists count one: their values are in the pages, which [`check_pages`] bounds.
+pub(super) fn values_per_row(t: &DataType) -> u64 {
+    match t {
+        DataType::FixedSizeList(f, k) => u64::try_from(*k)
+            .unwrap_or(0)
+            .max(1)
+            .saturating_mul(values_per_row(f.data_type())),
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::Map(f, _) => values_per_row(f.data_type()),
+        DataType::Struct(fields) => fields
+            .iter()
+            .map(|f| values_per_row(f.data_type()))
+            .max()
+            .unwrap_or(1),
+        DataType::Dictionary(_, v) => values_per_row(v),
+        _ => 1,
+    }
+}
+
 /// Checks row group `gi` of a file of `file_len` bytes when it is opened: every column
-/// chunk lies in the file, and no leaf of a projected column (`projected(leaf)`) decodes to
-/// more than `max_decoded` bytes (its row count times its width). The reason names what and
-/// the limit.
+/// chunk lies in the file, and no leaf of a projected column decodes to more than
+/// `max_decoded` bytes (its row count times its width times `per_row(leaf)`, the values per
+/// row of its column, `None` for a leaf not projected). The reason names what and the limit.
 pub(super) fn check_group(
     rg: &RowGroupMetaData,
     gi: usize,
     file_len: u64,
     max_decoded: u64,
-    projected: impl Fn(usize) -> bool,
+    per_row: impl Fn(usize) -> Option<u64>,
 ) -> Result<(), String> {
     let rows = u64::try_from(rg.num_rows())
         .map_err(|_| format!("row group {gi} declares {} rows", rg.num_rows()))?;
@@ -79,10 +107,10 @@ pub(super) fn check_group(
         }
     }
     for (leaf, c) in rg.columns().iter().enumerate() {
-        if !projected(leaf) {
+        let Some(values) = per_row(leaf) else {
             continue;
-        }
-        let decoded = rows.saturating_mul(width(c));
+        };
+        let decoded = rows.saturating_mul(values).saturating_mul(width(c));
         if decoded > max_decoded {
             return Err(chute_core::limits::exceeded(
                 &format!("row group {gi}, column {} ({rows} rows)", c.column_path()),
@@ -147,7 +175,7 @@ pub(super) fn check_pages(
 /// reader walks the element counts a hostile footer claims (a list of 2^60 bools in a 1 KB
 /// file kept it busy for minutes: found by the `parquet_file` fuzz target), where this
 /// walker refuses a count past the bytes left. It walks the footer twice: as the compact
-/// protocol says, and as arrow-rs skips fields it does not know (see [`skips_as_arrow_rs`]).
+/// protocol says, and as arrow-rs reads it (see [`thrift::reads_as_arrow_rs`]).
 /// Files without a readable footer length are left to arrow-rs to report.
 pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
     let n = data.len();
@@ -160,7 +188,10 @@ pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
     }
     let footer = &data[n - 8 - len..n - 8];
     let mut r = Compact::new(footer);
-    match r.skip(STRUCT, 0).and_then(|()| skips_as_arrow_rs(footer)) {
+    match r
+        .skip(STRUCT, 0)
+        .and_then(|()| thrift::reads_as_arrow_rs(footer, FILE_META_DATA))
+    {
         Some(()) => Ok(()),
         None => Err(format!(
             "its footer ({len} bytes) is not valid Thrift: a count, length or type inside it \
@@ -171,11 +202,11 @@ pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
 
 /// A page header's length and its uncompressed and compressed sizes (fields 2 and 3 of
 /// Parquet's Thrift `PageHeader`, compact protocol), or `None` if the bytes are not one or
-/// a size is negative.
+/// a size is negative. The header is also walked as arrow-rs reads it.
 fn page_header(bytes: &[u8]) -> Option<(usize, u32, u32)> {
     let mut r = Compact::new(bytes);
     let (mut uncompressed, mut compressed) = (None, None);
-    let mut last = 0i64;
+    let mut last = 0;
     loop {
         let (id, ty) = match r.field(&mut last)? {
             None => break,
@@ -189,171 +220,8 @@ fn page_header(bytes: &[u8]) -> Option<(usize, u32, u32)> {
     }
     let size = |v: Option<i64>| u32::try_from(v?).ok();
     let at = r.at;
-    skips_as_arrow_rs(&bytes[..at])?;
+    thrift::reads_as_arrow_rs(&bytes[..at], PAGE_HEADER)?;
     Some((at, size(uncompressed)?, size(compressed)?))
-}
-
-/// Walks the struct at the start of `bytes` the way arrow-rs's `skip_till_depth` skips a
-/// field it does not know: a bool in a list, set or map takes no byte there (where the
-/// compact protocol gives it one), so arrow-rs reads the bytes after such a list as
-/// something else, which may be a list claiming 2^31 bools that it then loops over, taking
-/// no byte per element. Found by the `parquet_file` fuzz target (a 1 KB footer took arrow-rs
-/// minutes). Any count past the bytes left is refused here as in the compact walk, so
-/// arrow-rs, reading the same bytes the same way, meets none.
-fn skips_as_arrow_rs(bytes: &[u8]) -> Option<()> {
-    let mut r = Compact {
-        empty_bools: true,
-        ..Compact::new(bytes)
-    };
-    r.skip(STRUCT, 0)
-}
-
-// Thrift compact protocol types.
-const TRUE: u8 = 1;
-const FALSE: u8 = 2;
-const I8: u8 = 3;
-const I16: u8 = 4;
-const I32: u8 = 5;
-const I64: u8 = 6;
-const DOUBLE: u8 = 7;
-const BINARY: u8 = 8;
-const LIST: u8 = 9;
-const SET: u8 = 10;
-const MAP: u8 = 11;
-const STRUCT: u8 = 12;
-const UUID: u8 = 13;
-
-/// Nesting deeper than this is not a page header or a footer (Parquet's go about 10 deep).
-const MAX_DEPTH: u32 = 32;
-
-/// A cursor over Thrift compact-protocol bytes: just enough to find two fields and skip
-/// the rest.
-struct Compact<'a> {
-    bytes: &'a [u8],
-    at: usize,
-    /// A bool in a list, set or map takes no byte (arrow-rs's skipping), not one.
-    empty_bools: bool,
-}
-
-impl<'a> Compact<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Compact {
-            bytes,
-            at: 0,
-            empty_bools: false,
-        }
-    }
-
-    fn byte(&mut self) -> Option<u8> {
-        let b = *self.bytes.get(self.at)?;
-        self.at += 1;
-        Some(b)
-    }
-
-    fn advance(&mut self, n: usize) -> Option<()> {
-        self.at = self.at.checked_add(n).filter(|&a| a <= self.bytes.len())?;
-        Some(())
-    }
-
-    fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..70).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7f).checked_shl(shift)?;
-            if b < 0x80 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    fn zigzag(&mut self) -> Option<i64> {
-        let v = self.varint()?;
-        Some((v >> 1) as i64 ^ -((v & 1) as i64))
-    }
-
-    /// The next field's id and type, `None` at the struct's end.
-    fn field(&mut self, last: &mut i64) -> Option<Option<(i64, u8)>> {
-        let b = self.byte()?;
-        if b == 0 {
-            return Some(None);
-        }
-        let (delta, ty) = (b >> 4, b & 0x0f);
-        let id = if delta == 0 {
-            self.zigzag()?
-        } else {
-            *last + i64::from(delta)
-        };
-        *last = id;
-        Some(Some((id, ty)))
-    }
-
-    /// `None` unless `n` elements could fit in what is left: every element of a list, set
-    /// or map takes at least a byte, so a count past the input ends the walk at once instead
-    /// of looping over elements that are not there.
-    fn fits(&self, n: u64) -> Option<()> {
-        (n <= (self.bytes.len() - self.at) as u64).then_some(())
-    }
-
-    /// Skips an element of a list, set or map of type `ty` (a bool there takes a byte, or
-    /// none when walking as arrow-rs skips).
-    fn element(&mut self, ty: u8, depth: u32) -> Option<()> {
-        if ty == TRUE || ty == FALSE {
-            self.advance(usize::from(!self.empty_bools))
-        } else {
-            self.skip(ty, depth + 1)
-        }
-    }
-
-    fn skip(&mut self, ty: u8, depth: u32) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        match ty {
-            TRUE | FALSE => Some(()),
-            I8 => self.advance(1),
-            I16 | I32 | I64 => self.varint().map(drop),
-            DOUBLE => self.advance(8),
-            UUID => self.advance(16),
-            BINARY => {
-                let n = usize::try_from(self.varint()?).ok()?;
-                self.advance(n)
-            }
-            LIST | SET => {
-                let h = self.byte()?;
-                let n = match h >> 4 {
-                    15 => self.varint()?,
-                    n => u64::from(n),
-                };
-                self.fits(n)?;
-                for _ in 0..n {
-                    self.element(h & 0x0f, depth)?;
-                }
-                Some(())
-            }
-            MAP => {
-                let n = self.varint()?;
-                if n == 0 {
-                    return Some(());
-                }
-                let kv = self.byte()?;
-                self.fits(n.saturating_mul(2))?;
-                for _ in 0..n {
-                    self.element(kv >> 4, depth)?;
-                    self.element(kv & 0x0f, depth)?;
-                }
-                Some(())
-            }
-            STRUCT => {
-                let mut last = 0;
-                while let Some((_, t)) = self.field(&mut last)? {
-                    self.skip(t, depth + 1)?;
-                }
-                Some(())
-            }
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -363,9 +231,9 @@ mod tests {
     #[test]
     fn reads_sizes_and_skips_the_rest() {
         // type=0 (i32), uncompressed=100, compressed=50, then a struct field 5 holding an
-        // i32 and a binary, then stop.
+        // i32 (field 1) and a binary field it does not know (9), then stop.
         let mut h = vec![0x15, 0x00, 0x15, 200, 1, 0x15, 100];
-        h.extend([0x1c, 0x15, 0x04, 0x18, 0x02, b'h', b'i', 0x00]);
+        h.extend([0x2c, 0x15, 0x04, 0x88, 0x02, b'h', b'i', 0x00]);
         h.push(0x00);
         assert_eq!(page_header(&h), Some((h.len(), 100, 50)));
         // Cut short, negative, or not compact thrift: not a header.
@@ -407,7 +275,7 @@ mod tests {
             0x09, 0xc8, 0x01, 0x71, 0x19, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00,
         ];
         assert!(Compact::new(&footer).skip(STRUCT, 0).is_some());
-        assert_eq!(skips_as_arrow_rs(&footer), None);
+        assert_eq!(thrift::reads_as_arrow_rs(&footer, FILE_META_DATA), None);
         let mut file = b"PAR1".to_vec();
         file.extend(footer);
         file.extend((footer.len() as u32).to_le_bytes());
