@@ -802,12 +802,24 @@ pub(crate) fn has_fixed(kinds: &[Kind], layout: &Layout) -> bool {
 }
 
 /// Copies consecutive `W`-byte values of `src` to `dst[i * stride + offset..]`, value `i` to
-/// row `i`.
+/// row `i` (a tight loop of `W`-byte moves: the bounds are checked once, up front).
 #[cfg(feature = "parquet")]
-fn spread<const W: usize>(dst: &mut [u8], stride: usize, offset: usize, src: &[u8]) {
-    for (d, v) in dst[offset..].chunks_mut(stride).zip(src.chunks_exact(W)) {
-        let v: [u8; W] = v.try_into().expect("W bytes");
-        d[..W].copy_from_slice(&v);
+fn spread<const W: usize>(
+    dst: &mut [std::mem::MaybeUninit<u8>],
+    stride: usize,
+    offset: usize,
+    src: &[u8],
+) {
+    let rows = src.len() / W;
+    if rows == 0 {
+        return;
+    }
+    assert!(W <= stride && offset + (rows - 1) * stride + W <= dst.len());
+    let (to, from) = (dst.as_mut_ptr().cast::<u8>(), src.as_ptr());
+    for i in 0..rows {
+        // SAFETY: i < rows, so `from + i * W .. + W` lies in `src` and `to + offset + i *
+        // stride .. + W` in `dst` (asserted above); the two slices do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(from.add(i * W), to.add(offset + i * stride), W) }
     }
 }
 
@@ -870,14 +882,16 @@ impl RowMajor {
                 (raw, w, offset - w)
             })
             .collect();
-        // Rows are interleaved a tile at a time in a buffer small enough to stay in L1, then
-        // appended: the copy's memory is written once (no zeroing pass before).
+        // Rows are interleaved a tile at a time, a tile small enough to stay in L1 while
+        // each column's values are spread into it, straight into the copy's memory (written
+        // once, with no zeroing pass before: the fields' widths add up to the stride, so
+        // every byte of every row is written).
         let tile = (16 << 10) / stride.max(1) + 1;
-        let mut buf = vec![0u8; tile * stride];
-        let mut data = Vec::with_capacity(rows * stride);
+        let mut data: Vec<u8> = Vec::with_capacity(rows * stride);
+        let spare = &mut data.spare_capacity_mut()[..rows * stride];
         for lo in (0..rows).step_by(tile) {
             let n = tile.min(rows - lo);
-            let dst = &mut buf[..n * stride];
+            let dst = &mut spare[lo * stride..(lo + n) * stride];
             for &(raw, w, offset) in &sources {
                 let src = &raw[lo * w..(lo + n) * w];
                 match w {
@@ -888,13 +902,16 @@ impl RowMajor {
                     16 => spread::<16>(dst, stride, offset, src),
                     _ => {
                         for (d, v) in dst[offset..].chunks_mut(stride).zip(src.chunks_exact(w)) {
-                            d[..w].copy_from_slice(v);
+                            for (d, &v) in d[..w].iter_mut().zip(v) {
+                                d.write(v);
+                            }
                         }
                     }
                 }
             }
-            data.extend_from_slice(dst);
         }
+        // SAFETY: the loop above wrote all `rows * stride` bytes (see its comment).
+        unsafe { data.set_len(rows * stride) };
         RowMajor { data, stride, at }
     }
 }

@@ -524,9 +524,17 @@ impl ParquetSource {
         let mut span_of: HashMap<usize, usize> = HashMap::new();
         let mut last = usize::MAX;
         for &id in ids {
+            if spans.len() <= 8 {
+                // Without branching on each span: a block shuffle's ids alternate among its
+                // window's shards at random, so a search that stops at the match (or a check
+                // of the last span first) mispredicts at almost every id.
+                last = spans.iter().enumerate().fold(usize::MAX, |at, (i, s)| {
+                    if s.ids.contains(&id) { i } else { at }
+                });
+            }
             if spans.get(last).is_none_or(|s| !s.ids.contains(&id)) {
                 let found = if spans.len() <= 8 {
-                    spans.iter().position(|s| s.ids.contains(&id))
+                    None
                 } else {
                     let (shard, _) = self.manifest.locate_checked(id)?;
                     span_of.get(&shard).copied()
@@ -1019,6 +1027,55 @@ mod tests {
         assert!(e.contains("two fields named \"id\""), "{e}");
         let e = bad(vec![("s", vec![])]);
         assert!(e.contains("has no columns"), "{e}");
+    }
+
+    #[test]
+    fn random_order_gathers_fields_of_every_width() {
+        // Fields 1, 2, 5, 8 and 12 bytes wide (5 and 12 take the row-major copy's general
+        // path), gathered in random order from the row-major copies, against the values.
+        let value = |i: u64, k: u64| (i * 31 + k * 7) as u8;
+        let array = |i: u64, dtype: DType, shape: Vec<usize>, bytes: usize, k: u64| {
+            let data: Vec<u8> = (0..bytes as u64).map(|b| value(i, k * 16 + b)).collect();
+            Field::Array(Array::new(dtype, shape, Bytes::from(data)))
+        };
+        let sample = |i: u64| {
+            Sample::new(i)
+                .with("b", array(i, DType::U8, vec![], 1, 0))
+                .with("h", array(i, DType::I16, vec![], 2, 1))
+                .with("w", array(i, DType::U8, vec![5], 5, 2))
+                .with("d", array(i, DType::F64, vec![], 8, 3))
+                .with("t", array(i, DType::I32, vec![3], 12, 4))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let all: Vec<Sample> = (0..300).map(sample).collect();
+        let a = write(dir.path(), "w.parquet", &all, 128);
+        let opts = ParquetOptions {
+            chunk_rows: Some(50),
+            ..Default::default()
+        };
+        let src = ParquetSource::open(&[&a], opts).unwrap();
+        let cfg = PlanConfig {
+            shuffle: Shuffle::Block { window: 3 },
+            ..Default::default()
+        };
+        src.set_plan(&Plan::new(src.manifest(), &cfg).unwrap());
+        let pool = BufferPool::new(8);
+        let ids: Vec<u64> = (0..300).map(|i| (i * 97 + 13) % 300).collect();
+        for batch in ids.chunks(61) {
+            let cols = src.collate(batch, &pool).unwrap().unwrap();
+            for (k, (name, width)) in [("b", 1), ("h", 2), ("w", 5), ("d", 8), ("t", 12)]
+                .into_iter()
+                .enumerate()
+            {
+                assert_eq!(cols[k].0, name);
+                let got = cols[k].1.as_tensor().unwrap().as_bytes();
+                let want: Vec<u8> = batch
+                    .iter()
+                    .flat_map(|&i| (0..width).map(move |b| value(i, k as u64 * 16 + b)))
+                    .collect();
+                assert_eq!(got, &want[..], "column {name}");
+            }
+        }
     }
 
     #[test]
