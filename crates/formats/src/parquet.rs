@@ -162,7 +162,9 @@ impl ParquetSource {
         let mut shards = Vec::new();
         let chunk_rows = options.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1) as u64;
         let mut first: Option<(String, columnar::Projected)> = None;
-        let mut total_uncompressed = 0i64;
+        // What the groups cost decoded, all together: the larger of what each footer says
+        // and what its row counts make (sizes the decoded cache's capacity in groups).
+        let mut total_decoded = 0u64;
         // Bytes of the files opened before this one (their row counts are checked against
         // them, with this file's, by `pages::check_shards`).
         let mut files_bytes = 0u64;
@@ -195,7 +197,7 @@ impl ParquetSource {
                 .map(|&i| (i, pages::values_per_row(schema.field(i).data_type())))
                 .collect();
             for (gi, rg) in meta.metadata().row_groups().iter().enumerate() {
-                pages::check_group(rg, gi, file_len, max_decoded, |leaf| {
+                let decoded = pages::check_group(rg, gi, file_len, max_decoded, |leaf| {
                     (leaf < descr.num_columns())
                         .then(|| per_root.get(&descr.get_column_root_idx(leaf)).copied())
                         .flatten()
@@ -210,7 +212,11 @@ impl ParquetSource {
                         .and_then(|c| pages::byte_range(c, file_len))
                         .map_or(0, |r| r.0),
                 );
-                total_uncompressed += rg.total_byte_size();
+                total_decoded = total_decoded.saturating_add(
+                    u64::try_from(rg.total_byte_size())
+                        .unwrap_or(0)
+                        .max(decoded),
+                );
                 group_chunks.push(chunks.len());
                 let mut first = 0;
                 while first < rows || (rows == 0 && first == 0) {
@@ -249,7 +255,7 @@ impl ParquetSource {
         }
         let (origin, columnar::Projected { names, kinds, .. }) = first.expect("at least one file");
         let layout = Layout::new(&names, &kinds, &options.stack, &origin)?;
-        let avg = (total_uncompressed.max(1) as usize) / groups.len().max(1);
+        let avg = (total_decoded.max(1) / groups.len().max(1) as u64) as usize;
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
         let cache_groups = (cache_bytes / avg.max(1)).max(8);
         let mut manifest = Manifest::new(crate::Format::Parquet.name(), shards)

@@ -83,16 +83,20 @@ pub(super) fn values_per_row(t: &DataType) -> u64 {
 }
 
 /// Checks row group `gi` of a file of `file_len` bytes when it is opened: every column
-/// chunk lies in the file, and no leaf of a projected column decodes to more than
-/// `max_decoded` bytes (its row count times its width times `per_row(leaf)`, the values per
-/// row of its column, `None` for a leaf not projected). The reason names what and the limit.
+/// chunk lies in the file, and the projected leaves do not decode to more than
+/// `max_decoded` bytes, one by one or all together (a leaf: its row count times its width
+/// times `per_row(leaf)`, the values per row of its column, `None` for a leaf not projected;
+/// a file of a few KB can declare a hundred columns of RLE-encoded rows). The reason names
+/// what and the limit. Returns the bytes the projected leaves decode to, all together: what
+/// the group costs in the decoded cache (the footer's own `total_byte_size` is a claim that
+/// may be far less).
 pub(super) fn check_group(
     rg: &RowGroupMetaData,
     gi: usize,
     file_len: u64,
     max_decoded: u64,
     per_row: impl Fn(usize) -> Option<u64>,
-) -> Result<(), String> {
+) -> Result<u64, String> {
     let rows = u64::try_from(rg.num_rows())
         .map_err(|_| format!("row group {gi} declares {} rows", rg.num_rows()))?;
     for c in rg.columns() {
@@ -106,11 +110,13 @@ pub(super) fn check_group(
             ));
         }
     }
+    let mut total = 0u64;
     for (leaf, c) in rg.columns().iter().enumerate() {
         let Some(values) = per_row(leaf) else {
             continue;
         };
         let decoded = rows.saturating_mul(values).saturating_mul(width(c));
+        total = total.saturating_add(decoded);
         if decoded > max_decoded {
             return Err(chute_core::limits::exceeded(
                 &format!("row group {gi}, column {} ({rows} rows)", c.column_path()),
@@ -121,13 +127,29 @@ pub(super) fn check_group(
             ));
         }
     }
-    Ok(())
+    if total > max_decoded {
+        return Err(chute_core::limits::exceeded(
+            &format!("row group {gi} ({rows} rows, its projected columns together)"),
+            total,
+            "bytes decoded",
+            "max_decoded_bytes",
+            max_decoded,
+        ));
+    }
+    Ok(total)
 }
+
+/// Bytes a dictionary page's value may take decoded, at most (a byte array's offset and
+/// handle, or a fixed-width value): arrow-rs reserves a dictionary's declared count of
+/// values before decoding them.
+const DICTIONARY_VALUE_BYTES: u64 = 32;
 
 /// Walks the page headers of column chunk `c` of row group `gi` in `data` (the file) and
 /// refuses a page whose header declares more than `max_decoded` bytes uncompressed (arrow-rs
-/// reserves that much before decompressing it), and bytes that are not a page header. A
-/// page whose size points past the chunk ends the walk (arrow-rs reports that itself).
+/// reserves that much before decompressing it), a dictionary page whose declared count of
+/// values would take more than that decoded (arrow-rs reserves them too, found by
+/// fuzzing), and bytes that are not a page header. A page whose size points past the chunk
+/// ends the walk (arrow-rs reports that itself).
 pub(super) fn check_pages(
     c: &ColumnChunkMetaData,
     gi: usize,
@@ -139,7 +161,8 @@ pub(super) fn check_pages(
     };
     let (mut at, end) = (start as usize, (start + len) as usize);
     while at < end {
-        let Some((header_len, uncompressed, compressed)) = page_header(&data[at..end]) else {
+        let Some((header_len, uncompressed, compressed, dictionary)) = page_header(&data[at..end])
+        else {
             // Refused here rather than left to arrow-rs, whose Thrift reader walks a hostile
             // header's claimed container sizes (a second per 1 KB file, found by fuzzing).
             return Err(format!(
@@ -160,6 +183,20 @@ pub(super) fn check_pages(
                 max_decoded,
             ));
         }
+        let values = u64::from(dictionary.unwrap_or(0));
+        if values * DICTIONARY_VALUE_BYTES > max_decoded {
+            return Err(chute_core::limits::exceeded(
+                &format!(
+                    "row group {gi}, column {}: the dictionary page at offset {at} ({values} \
+                     values)",
+                    c.column_path()
+                ),
+                values * DICTIONARY_VALUE_BYTES,
+                "bytes decoded",
+                "max_decoded_bytes",
+                max_decoded,
+            ));
+        }
         at = match at
             .checked_add(header_len)
             .and_then(|a| a.checked_add(compressed as usize))
@@ -174,9 +211,9 @@ pub(super) fn check_pages(
 /// Walks the Thrift footer of the Parquet file `data` before arrow-rs parses it: arrow-rs's
 /// reader walks the element counts a hostile footer claims (a list of 2^60 bools in a 1 KB
 /// file kept it busy for minutes: found by the `parquet_file` fuzz target), where this
-/// walker refuses a count past the bytes left. It walks the footer twice: as the compact
-/// protocol says, and as arrow-rs reads it (see [`thrift::reads_as_arrow_rs`]).
-/// Files without a readable footer length are left to arrow-rs to report.
+/// walker refuses a count past the bytes left, and whatever arrow-rs would read otherwise
+/// than the protocol says (see [`thrift`]). Files without a readable footer length are left
+/// to arrow-rs to report.
 pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
     let n = data.len();
     if n < 12 || &data[n - 4..] != b"PAR1" {
@@ -187,11 +224,7 @@ pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
         return Ok(());
     }
     let footer = &data[n - 8 - len..n - 8];
-    let mut r = Compact::new(footer);
-    match r
-        .skip(STRUCT, 0)
-        .and_then(|()| thrift::reads_as_arrow_rs(footer, FILE_META_DATA))
-    {
+    match thrift::reads_as_arrow_rs(footer, FILE_META_DATA) {
         Some(()) => Ok(()),
         None => Err(format!(
             "its footer ({len} bytes) is not valid Thrift: a count, length or type inside it \
@@ -200,33 +233,80 @@ pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
     }
 }
 
-/// A page header's length and its uncompressed and compressed sizes (fields 2 and 3 of
-/// Parquet's Thrift `PageHeader`, compact protocol), or `None` if the bytes are not one or
-/// a size is negative. The header is also walked as arrow-rs reads it.
-fn page_header(bytes: &[u8]) -> Option<(usize, u32, u32)> {
+/// A page header's length, its uncompressed and compressed sizes (fields 2 and 3 of
+/// Parquet's Thrift `PageHeader`, compact protocol) and, for a dictionary page, its count
+/// of values (field 1 of its `DictionaryPageHeader`, field 7), or `None` if the bytes are
+/// not one or a size or count is negative. The header is also walked as arrow-rs reads it.
+fn page_header(bytes: &[u8]) -> Option<(usize, u32, u32, Option<u32>)> {
     let mut r = Compact::new(bytes);
-    let (mut uncompressed, mut compressed) = (None, None);
+    let (mut uncompressed, mut compressed, mut dictionary) = (None, None, None);
     let mut last = 0;
-    loop {
-        let (id, ty) = match r.field(&mut last)? {
-            None => break,
-            Some(f) => f,
-        };
+    while let Some((id, ty)) = r.field(&mut last)? {
         match (id, ty) {
             (2, I32) => uncompressed = Some(r.zigzag()?),
             (3, I32) => compressed = Some(r.zigzag()?),
+            (7, STRUCT) => {
+                let mut last = 0;
+                while let Some((id, ty)) = r.field(&mut last)? {
+                    match (id, ty) {
+                        (1, I32) => dictionary = Some(r.zigzag()?),
+                        _ => r.skip(ty, 1)?,
+                    }
+                }
+            }
             _ => r.skip(ty, 0)?,
         }
     }
-    let size = |v: Option<i64>| u32::try_from(v?).ok();
+    let size = |v: i64| u32::try_from(v).ok();
     let at = r.at;
     thrift::reads_as_arrow_rs(&bytes[..at], PAGE_HEADER)?;
-    Some((at, size(uncompressed)?, size(compressed)?))
+    let dictionary = match dictionary {
+        Some(n) => Some(size(n)?),
+        None => None,
+    };
+    Some((at, size(uncompressed?)?, size(compressed?)?, dictionary))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_row_groups_columns_are_bounded_together() {
+        use std::sync::Arc;
+        // Ten int32 columns of 1,000 rows (no nulls, so no definition levels): 4,000 bytes
+        // decoded each, 40,000 together.
+        let columns: Vec<(String, arrow_array::ArrayRef)> = (0..10)
+            .map(|c| {
+                let a = arrow_array::Int32Array::from_iter_values(0..1000);
+                (format!("c{c}"), Arc::new(a) as arrow_array::ArrayRef)
+            })
+            .collect();
+        let batch = arrow_array::RecordBatch::try_from_iter(columns).unwrap();
+        let mut data = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut data, batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes::Bytes::from(data.clone()))
+            .unwrap();
+        let rg = meta.row_group(0);
+        let len = data.len() as u64;
+        assert_eq!(check_group(rg, 0, len, 40_000, |_| Some(1)), Ok(40_000));
+        let err = check_group(rg, 0, len, 10_000, |_| Some(1)).unwrap_err();
+        assert!(
+            err.contains("together") && err.contains("max_decoded_bytes"),
+            "{err}"
+        );
+        // One column projected: within the limit.
+        assert_eq!(
+            check_group(rg, 0, len, 10_000, |l| (l == 3).then_some(1)),
+            Ok(4_000)
+        );
+        // A fixed-size list of 4 values a row counts four times.
+        let err = check_group(rg, 0, len, 10_000, |l| (l == 3).then_some(4)).unwrap_err();
+        assert!(err.contains("column \"c3\""), "{err}");
+    }
 
     #[test]
     fn reads_sizes_and_skips_the_rest() {
@@ -235,7 +315,17 @@ mod tests {
         let mut h = vec![0x15, 0x00, 0x15, 200, 1, 0x15, 100];
         h.extend([0x2c, 0x15, 0x04, 0x88, 0x02, b'h', b'i', 0x00]);
         h.push(0x00);
-        assert_eq!(page_header(&h), Some((h.len(), 100, 50)));
+        assert_eq!(page_header(&h), Some((h.len(), 100, 50, None)));
+        // A dictionary page (type 2) declaring 2^31 - 1 values: its count is read (and
+        // `check_pages` refuses it by max_decoded_bytes: found by the parquet_file fuzz
+        // target, where arrow-rs reserved 16 GiB for them).
+        let mut d = vec![0x15, 0x04, 0x15, 200, 1, 0x15, 100, 0x4c];
+        d.extend([0x15, 0xfe, 0xff, 0xff, 0xff, 0x0f, 0x15, 0x00, 0x00, 0x00]);
+        assert_eq!(
+            page_header(&d),
+            Some((d.len(), 100, 50, Some(i32::MAX as u32)))
+        );
+        assert!(u64::from(i32::MAX as u32) * DICTIONARY_VALUE_BYTES > 1 << 30);
         // Cut short, negative, or not compact thrift: not a header.
         assert_eq!(page_header(&h[..5]), None);
         assert_eq!(
@@ -274,7 +364,7 @@ mod tests {
         let footer = [
             0x09, 0xc8, 0x01, 0x71, 0x19, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00,
         ];
-        assert!(Compact::new(&footer).skip(STRUCT, 0).is_some());
+        assert_eq!(Compact::new(&footer).skip(thrift::STRUCT, 0), None);
         assert_eq!(thrift::reads_as_arrow_rs(&footer, FILE_META_DATA), None);
         let mut file = b"PAR1".to_vec();
         file.extend(footer);
@@ -285,6 +375,18 @@ mod tests {
         let mut header = vec![0x15, 0x00, 0x15, 200, 1, 0x15, 100];
         header.extend(&footer);
         assert_eq!(page_header(&header), None);
+        // A header whose unknown field lists 8 bools that arrow-rs, taking no byte for them,
+        // reads as a second uncompressed size of 2^31 - 1 (and a stop): refused, where a
+        // walk reading the sizes as the protocol says would see only the first (100).
+        let mut header = vec![0x15, 0x00, 0x15, 200, 1, 0x15, 100, 0x09, 0xc8, 0x01, 0x81];
+        header.extend([0x05, 0x04, 0xfe, 0xff, 0xff, 0xff, 0x0f, 0x00]);
+        header.push(0x00);
+        assert_eq!(page_header(&header), None);
+        // A field header of type 0 other than the stop byte (arrow-rs would stop there).
+        assert_eq!(
+            page_header(&[0x15, 0x00, 0x15, 200, 1, 0x15, 100, 0x10, 0x00]),
+            None
+        );
         // A well-formed footer walks (here one made of a stop byte) and a file too short for
         // a footer is left to arrow-rs.
         assert!(check_footer(b"PAR1\x00\x01\x00\x00\x00PAR1").is_ok());

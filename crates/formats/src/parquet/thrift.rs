@@ -1,23 +1,27 @@
-//! Parquet's Thrift (compact protocol), walked the two ways that matter before arrow-rs
-//! reads a footer or a page header: as the protocol says ([`Compact::skip`]), and as
-//! arrow-rs 60 reads it ([`reads_as_arrow_rs`]).
+//! Parquet's Thrift (compact protocol), walked before arrow-rs reads a footer or a page
+//! header, so that arrow-rs reads the bytes exactly as the protocol says.
 //!
 //! arrow-rs walks the element counts the bytes claim. A count past the input is harmless
 //! where each element takes a byte (the read runs out of input), and a hang where none
-//! does: arrow-rs skips a bool in a list, set or map without taking a byte. Two things make
-//! arrow-rs read a hostile file's bytes differently from the protocol, and so meet a list of
-//! 2^31 - 1 such bools that the protocol walk never sees (both found by the `parquet_file`
-//! fuzz target, each a 1 KB footer that kept arrow-rs busy for minutes):
+//! does. arrow-rs 60 parts from the protocol in four ways, each of which lets a hostile
+//! file make it read bytes as something other than what they are, meet a list of
+//! 2^31 - 1 elements that take no byte, and loop for minutes over a 1 KB file (two were
+//! found by the `parquet_file` fuzz target). They can also make it read a page's size from
+//! other bytes than the ones chute checked:
 //!
-//! - that skip itself, for a field arrow-rs does not know;
-//! - its typed readers, which read a field it knows as the type parquet.thrift declares,
-//!   whatever type the bytes give it (an `i32` read where the bytes hold a list, say).
+//! - it skips a bool in a list, set or map (of a field it does not know) without taking a
+//!   byte, where the protocol gives it one;
+//! - its typed readers read a field it knows as the type parquet.thrift declares, whatever
+//!   type the bytes give it (an `i32` read where the bytes hold a list, say);
+//! - it ends a struct at any field header whose type is 0, where the protocol ends it only
+//!   at a zero byte;
+//! - it cuts a field id to 16 bits.
 //!
-//! [`reads_as_arrow_rs`] follows both: it knows every struct of parquet.thrift that arrow-rs
-//! reads (the [`FILE_META_DATA`] and [`PAGE_HEADER`] trees), refuses a known field whose
-//! bytes give another type than the declared one, skips the others as arrow-rs does, and
-//! refuses every count past the bytes left. Bytes it accepts are read by arrow-rs exactly as
-//! walked here, so arrow-rs meets no such count either.
+//! The walk here refuses each of these: a bool in a container (no parquet.thrift struct
+//! has one), a field of a struct arrow-rs reads (the [`FILE_META_DATA`] and [`PAGE_HEADER`]
+//! trees) whose bytes give another type than the declared one, a field header of type 0,
+//! and an id past 16 bits. It also refuses every count past the bytes left. Bytes it accepts
+//! are read by arrow-rs exactly as walked here.
 
 // Thrift compact protocol types.
 const TRUE: u8 = 1;
@@ -264,31 +268,20 @@ pub(super) const PAGE_HEADER: Ty = Ty::Struct(&[
 
 /// Walks the struct of type `ty` at the start of `bytes` as arrow-rs 60 reads it (see the
 /// module's doc), or `None` where arrow-rs would read a field as another type than its
-/// bytes give, or where a count is past the bytes left.
+/// bytes give, or where the walk itself refuses the bytes.
 pub(super) fn reads_as_arrow_rs(bytes: &[u8], ty: Ty) -> Option<()> {
-    let mut r = Compact {
-        as_arrow_rs: true,
-        ..Compact::new(bytes)
-    };
-    r.value(ty, 0)
+    Compact::new(bytes).value(ty, 0)
 }
 
 /// A cursor over Thrift compact-protocol bytes.
 pub(super) struct Compact<'a> {
     bytes: &'a [u8],
     pub(super) at: usize,
-    /// Read as arrow-rs reads: a bool in a list, set or map takes no byte when skipped, a
-    /// field header whose type is 0 ends a struct, and a field id is cut to 16 bits.
-    as_arrow_rs: bool,
 }
 
 impl<'a> Compact<'a> {
     pub(super) fn new(bytes: &'a [u8]) -> Self {
-        Compact {
-            bytes,
-            at: 0,
-            as_arrow_rs: false,
-        }
+        Compact { bytes, at: 0 }
     }
 
     fn byte(&mut self) -> Option<u8> {
@@ -319,22 +312,20 @@ impl<'a> Compact<'a> {
         Some((v >> 1) as i64 ^ -((v & 1) as i64))
     }
 
-    /// The next field's id and type, `None` at the struct's end. An id past 16 bits is
-    /// refused (arrow-rs cuts it to 16 bits, so it would read another field than the
-    /// protocol says).
+    /// The next field's id and type, `None` at the struct's end. A field header of type 0
+    /// other than the stop byte, and an id past 16 bits, are refused (arrow-rs would read a
+    /// stop, or cut the id to 16 bits, and so read other fields than the protocol says).
     pub(super) fn field(&mut self, last: &mut i16) -> Option<Option<(i16, u8)>> {
         let b = self.byte()?;
-        if b == 0 || (self.as_arrow_rs && b & 0x0f == 0) {
+        if b == 0 {
             return Some(None);
         }
         let (delta, ty) = (b >> 4, b & 0x0f);
+        if ty == 0 {
+            return None;
+        }
         let id = if delta == 0 {
-            let id = self.zigzag()?;
-            if self.as_arrow_rs {
-                id as i16
-            } else {
-                i16::try_from(id).ok()?
-            }
+            i16::try_from(self.zigzag()?).ok()?
         } else {
             last.checked_add(i16::from(delta))?
         };
@@ -360,14 +351,13 @@ impl<'a> Compact<'a> {
         Some((h & 0x0f, n))
     }
 
-    /// Skips an element of a list, set or map of type `ty` (a bool there takes a byte, or
-    /// none when walking as arrow-rs skips).
+    /// Skips an element of a list, set or map of type `ty`. A bool there is refused: it takes
+    /// a byte in the protocol and none when arrow-rs skips it.
     fn element(&mut self, ty: u8, depth: u32) -> Option<()> {
         if ty == TRUE || ty == FALSE {
-            self.advance(usize::from(!self.as_arrow_rs))
-        } else {
-            self.skip(ty, depth + 1)
+            return None;
         }
+        self.skip(ty, depth + 1)
     }
 
     /// Skips a value of type `ty`.
