@@ -188,8 +188,9 @@ def set_limits(
 
     ``max_image_pixels``: pixels an image header may declare (default 178,956,970, PIL's
     ``DecompressionBombError`` limit). ``max_record_bytes``: a tar member or TFRecord record
-    (1 GiB). ``max_decoded_bytes``: a Parquet page or column of a row group, an Arrow record
-    batch, once decompressed (1 GiB). ``max_features``: features of one ``tf.train.Example``
+    (1 GiB). ``max_decoded_bytes``: a Parquet page, a dictionary page's values, a
+    column of a row group and the columns read from it together, an Arrow record batch, once
+    decompressed (1 GiB). ``max_features``: features of one ``tf.train.Example``
     (100,000). ``max_text_bytes``: text handed to a tokenizer at once (16 MiB). A size over a
     limit is a data error naming the sample, the size and the limit (skipped and counted under
     ``on_error="skip"``); nothing is allocated for it."""

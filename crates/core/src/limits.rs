@@ -36,8 +36,9 @@ pub struct Limits {
     pub max_image_pixels: u64,
     /// Bytes one stored record may declare: a tar member, a TFRecord record (default 1 GiB).
     pub max_record_bytes: u64,
-    /// Bytes one unit may decode or decompress to: a Parquet page, a Parquet column of a
-    /// row group, an Arrow record batch (default 1 GiB).
+    /// Bytes one unit may decode or decompress to: a Parquet page, a dictionary page's
+    /// values, a Parquet column of a row group and the columns read from it together, an
+    /// Arrow record batch (default 1 GiB).
     pub max_decoded_bytes: u64,
     /// Features in one `tf.train.Example` (default 100,000).
     pub max_features: u64,
