@@ -533,7 +533,7 @@ mod tests {
     }
 
     #[test]
-    fn files_arrow_rs_writes_walk_both_ways() {
+    fn files_arrow_rs_writes_are_accepted() {
         let mut tokens = ListBuilder::new(StringBuilder::new());
         for i in 0..300 {
             let valid = i % 7 != 0;
