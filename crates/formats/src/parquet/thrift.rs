@@ -533,6 +533,34 @@ mod tests {
     }
 
     #[test]
+    fn files_other_writers_wrote_are_accepted() {
+        // pyarrow's golden files and DuckDB's and Polars' (testdata/parquet/README.md): every
+        // footer and page header walks, and arrow-rs reads the same footer.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/parquet");
+        let names = [
+            "pyarrow_golden.parquet",
+            "pyarrow_golden_zstd.parquet",
+            "duckdb.parquet",
+            "duckdb_zstd_v2.parquet",
+            "polars.parquet",
+            "polars_lz4.parquet",
+        ];
+        for name in names {
+            let data = std::fs::read(dir.join(name)).unwrap();
+            pages::check_footer(&data).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+                .parse_and_finish(&Bytes::from(data.clone()))
+                .unwrap();
+            for (gi, rg) in meta.row_groups().iter().enumerate() {
+                for c in rg.columns() {
+                    pages::check_pages(c, gi, &data, 1 << 30)
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn files_arrow_rs_writes_are_accepted() {
         let mut tokens = ListBuilder::new(StringBuilder::new());
         for i in 0..300 {
