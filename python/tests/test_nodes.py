@@ -220,9 +220,10 @@ def test_simulated_nodes_stream_their_share_through_shaped_links(tmp_path):
             # split between a node's two ranks may download twice: they run at once.)
             assert f["planned"] <= f["fetched"] <= 1.25 * f["planned"] + 200_000, f
             assert f["fetched"] < 0.5 * total * 1.4, f
-            # Never faster than the link (the shaping is real), and near its capacity.
+            # Never faster than the link (the shaping is real), and not far below it (a loaded
+            # 2-core machine measured 0.39x of it once, so the floor is 0.3x).
             assert f["fetched"] / f["secs"] <= 1.1 * link, f
-            assert f["fetched"] / f["secs"] >= 0.4 * link, f
+            assert f["fetched"] / f["secs"] >= 0.3 * link, f
             assert f["secs"] >= 0.8 * f["planned_secs"], f
         else:
             # The shards this node already holds come from its cache.
