@@ -641,14 +641,33 @@ pub(crate) fn gather(
                 let mut buf = pool.take(n * stride);
                 let dst = buf.as_mut_slice();
                 let mut offset = 0;
+                let mut fields = Vec::with_capacity(members.len());
                 for &(c, k) in members {
                     nulls(c)?;
-                    let raws: Vec<&[u8]> = parts
-                        .iter()
-                        .map(|part| fixed_values(part[c].as_ref(), kinds[c]))
-                        .collect();
-                    scatter(dst, stride, offset, k * s, &raws, Src::column(k * s), rows);
-                    offset += k * s;
+                    let w = k * s;
+                    match run {
+                        // Consecutive rows: interleaved below, a tile at a time.
+                        Some((p, first)) => fields.push((
+                            &fixed_values(parts[p][c].as_ref(), kinds[c])[first * w..][..n * w],
+                            w,
+                            offset,
+                        )),
+                        None => {
+                            let raws: Vec<&[u8]> = parts
+                                .iter()
+                                .map(|part| fixed_values(part[c].as_ref(), kinds[c]))
+                                .collect();
+                            scatter(dst, stride, offset, w, &raws, Src::column(w), rows);
+                        }
+                    }
+                    offset += w;
+                }
+                if !fields.is_empty() {
+                    // SAFETY: a `[u8]` seen as `[MaybeUninit<u8>]`, to which `interleave`
+                    // writes only initialized bytes.
+                    let dst =
+                        unsafe { &mut *(dst as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+                    interleave(dst, stride, &fields, n);
                 }
                 let tensor = Tensor::new(*dtype, vec![n, *width], buf);
                 (name.clone(), Column::Tensor(tensor))
@@ -801,9 +820,44 @@ pub(crate) fn has_fixed(kinds: &[Kind], layout: &Layout) -> bool {
     })
 }
 
+/// Interleaves `rows` rows of fields into `dst` (`rows * stride` bytes): field `(src, w,
+/// offset)` holds `w` bytes per row, consecutive in `src`, and lands at `offset` in each
+/// `stride`-byte row. The fields' widths must add up to `stride` (every byte of `dst` is then
+/// written: it may start uninitialized). Rows go a tile at a time, a tile small enough to
+/// stay in L1 while each field is spread into it.
+fn interleave(
+    dst: &mut [std::mem::MaybeUninit<u8>],
+    stride: usize,
+    fields: &[(&[u8], usize, usize)],
+    rows: usize,
+) {
+    debug_assert_eq!(fields.iter().map(|&(_, w, _)| w).sum::<usize>(), stride);
+    let tile = (16 << 10) / stride.max(1) + 1;
+    for lo in (0..rows).step_by(tile) {
+        let n = tile.min(rows - lo);
+        let dst = &mut dst[lo * stride..(lo + n) * stride];
+        for &(raw, w, offset) in fields {
+            let src = &raw[lo * w..(lo + n) * w];
+            match w {
+                1 => spread::<1>(dst, stride, offset, src),
+                2 => spread::<2>(dst, stride, offset, src),
+                4 => spread::<4>(dst, stride, offset, src),
+                8 => spread::<8>(dst, stride, offset, src),
+                16 => spread::<16>(dst, stride, offset, src),
+                _ => {
+                    for (d, v) in dst[offset..].chunks_mut(stride).zip(src.chunks_exact(w)) {
+                        for (d, &v) in d[..w].iter_mut().zip(v) {
+                            d.write(v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Copies consecutive `W`-byte values of `src` to `dst[i * stride + offset..]`, value `i` to
 /// row `i` (a tight loop of `W`-byte moves: the bounds are checked once, up front).
-#[cfg(feature = "parquet")]
 fn spread<const W: usize>(
     dst: &mut [std::mem::MaybeUninit<u8>],
     stride: usize,
@@ -882,35 +936,16 @@ impl RowMajor {
                 (raw, w, offset - w)
             })
             .collect();
-        // Rows are interleaved a tile at a time, a tile small enough to stay in L1 while
-        // each column's values are spread into it, straight into the copy's memory (written
-        // once, with no zeroing pass before: the fields' widths add up to the stride, so
-        // every byte of every row is written).
-        let tile = (16 << 10) / stride.max(1) + 1;
+        // Written straight into the copy's memory, once, with no zeroing pass before: the
+        // fields' widths add up to the stride, so every byte of every row is written.
         let mut data: Vec<u8> = Vec::with_capacity(rows * stride);
-        let spare = &mut data.spare_capacity_mut()[..rows * stride];
-        for lo in (0..rows).step_by(tile) {
-            let n = tile.min(rows - lo);
-            let dst = &mut spare[lo * stride..(lo + n) * stride];
-            for &(raw, w, offset) in &sources {
-                let src = &raw[lo * w..(lo + n) * w];
-                match w {
-                    1 => spread::<1>(dst, stride, offset, src),
-                    2 => spread::<2>(dst, stride, offset, src),
-                    4 => spread::<4>(dst, stride, offset, src),
-                    8 => spread::<8>(dst, stride, offset, src),
-                    16 => spread::<16>(dst, stride, offset, src),
-                    _ => {
-                        for (d, v) in dst[offset..].chunks_mut(stride).zip(src.chunks_exact(w)) {
-                            for (d, &v) in d[..w].iter_mut().zip(v) {
-                                d.write(v);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        // SAFETY: the loop above wrote all `rows * stride` bytes (see its comment).
+        interleave(
+            &mut data.spare_capacity_mut()[..rows * stride],
+            stride,
+            &sources,
+            rows,
+        );
+        // SAFETY: `interleave` wrote all `rows * stride` bytes (see its comment).
         unsafe { data.set_len(rows * stride) };
         RowMajor { data, stride, at }
     }
@@ -1147,5 +1182,50 @@ fn primitive_array(d: DType, raw: Vec<u8>) -> ArrayRef {
         DType::U64 => make::<UInt64Type>(raw),
         DType::F32 => make::<Float32Type>(raw),
         _ => make::<Float64Type>(raw),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interleave;
+    use std::mem::MaybeUninit;
+
+    #[test]
+    fn interleave_writes_every_field_of_every_row() {
+        // Widths with moves of their own and one without (3), over rows spanning several
+        // tiles and ending inside one.
+        let widths = [1usize, 2, 4, 8, 16, 3];
+        let stride: usize = widths.iter().sum();
+        let rows = 3 * ((16 << 10) / stride + 1) + 7;
+        let cols: Vec<Vec<u8>> = widths
+            .iter()
+            .enumerate()
+            .map(|(k, &w)| (0..rows * w).map(|b| (b * 7 + k * 31) as u8).collect())
+            .collect();
+        let mut offset = 0;
+        let fields: Vec<(&[u8], usize, usize)> = cols
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| {
+                offset += w;
+                (c.as_slice(), w, offset - w)
+            })
+            .collect();
+        let mut dst = vec![MaybeUninit::new(0xAAu8); rows * stride];
+        interleave(&mut dst, stride, &fields, rows);
+        // SAFETY: every byte was initialized (to 0xAA) before `interleave` wrote it.
+        let dst: Vec<u8> = dst
+            .into_iter()
+            .map(|b| unsafe { b.assume_init() })
+            .collect();
+        for r in 0..rows {
+            for &(c, w, o) in &fields {
+                assert_eq!(
+                    &dst[r * stride + o..][..w],
+                    &c[r * w..][..w],
+                    "row {r}, field at {o}"
+                );
+            }
+        }
     }
 }
