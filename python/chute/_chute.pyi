@@ -211,7 +211,10 @@ def parquet(
 ) -> Source:
     """Parquet files, paths or URLs (downloaded whole when opened): projected columns; numeric
     ``[B]``, fixed-size lists ``[B, k]``; ``stack={"x": ["f0", "f1"]}`` (or ``"f{0..15}"``)
-    stacks numeric columns of one dtype into one ``[B, k]`` column ``x`` on the workers."""
+    stacks numeric columns of one dtype into one ``[B, k]`` column ``x`` on the workers.
+    Shards are chunks of ``chunk_rows`` rows (default 16,384) of a row group; ``shuffle="block"``
+    reads row groups in random order and a group's chunks together, in random order, so each
+    group is decoded once an epoch."""
 
 def arrow(
     data: Any,

@@ -36,6 +36,13 @@ pub struct Manifest {
     pub params: serde_json::Map<String, serde_json::Value>,
     /// The shards.
     pub shards: Vec<ShardInfo>,
+    /// Where units of shards start, as shard indices (`0` first, increasing; empty: each
+    /// shard is a unit of its own). A unit is shards that are cheapest read together, such as
+    /// the chunks of one Parquet row group, which is decoded whole: a `block` shuffle visits
+    /// units in random order and a unit's shards one after the other, in random order (see
+    /// [`crate::Shuffle::Block`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<u64>,
     /// `starts[i]` is the global id of shard `i`'s first sample; `starts[len]` the total.
     #[serde(skip)]
     starts: Vec<u64>,
@@ -49,6 +56,7 @@ impl Manifest {
             format: format.into(),
             params: serde_json::Map::new(),
             shards,
+            units: Vec::new(),
             starts: Vec::new(),
         };
         m.index();
@@ -59,6 +67,47 @@ impl Manifest {
     pub fn with_param(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
         self.params.insert(key.to_owned(), value.into());
         self
+    }
+
+    /// Groups the shards into units starting at shard indices `starts` (builder style; see
+    /// [`Manifest::units`]). Starts that are not increasing from `0` and within the shards
+    /// are an error in the caller (this panics), as in a manifest file they are an error in
+    /// the file.
+    pub fn with_units(mut self, starts: Vec<u64>) -> Self {
+        self.units = starts;
+        if let Err(why) = self.check_units() {
+            panic!("{why}");
+        }
+        self
+    }
+
+    /// Each unit's shards, as a range of shard indices, in order (one unit per shard when
+    /// [`Manifest::units`] is empty).
+    pub fn unit_ranges(&self) -> Vec<std::ops::Range<usize>> {
+        if self.units.is_empty() {
+            return (0..self.shards.len()).map(|i| i..i + 1).collect();
+        }
+        let n = self.shards.len();
+        let starts = self.units.iter().map(|&u| u as usize);
+        let ends = self.units[1..].iter().map(|&u| u as usize).chain([n]);
+        starts.zip(ends).map(|(a, b)| a..b).collect()
+    }
+
+    fn check_units(&self) -> Result<(), String> {
+        let n = self.shards.len() as u64;
+        let Some(&first) = self.units.first() else {
+            return Ok(());
+        };
+        if first != 0
+            || self.units.windows(2).any(|w| w[0] >= w[1])
+            || self.units[self.units.len() - 1] >= n
+        {
+            return Err(format!(
+                "the manifest's units must be increasing shard indices from 0, below its {n}                  shards; they are {:?}",
+                &self.units[..self.units.len().min(8)]
+            ));
+        }
+        Ok(())
     }
 
     fn index(&mut self) {
@@ -92,6 +141,9 @@ impl Manifest {
             )
             .into());
         }
+        m.check_units().map_err(|why| {
+            Error::corrupt(origin, 0, format!("{why}; rebuild it with `chute index`"))
+        })?;
         m.index();
         Ok(m)
     }
@@ -159,6 +211,14 @@ impl Manifest {
             h.write(name.as_bytes());
             h.write(&s.samples.to_le_bytes());
             h.write(&s.bytes.to_le_bytes());
+        }
+        // Units change the order a block shuffle reads: a state saved under other units
+        // would resume somewhere else. (Manifests without units hash as before units were.)
+        if !self.units.is_empty() {
+            h.write(b"units");
+            for u in &self.units {
+                h.write(&u.to_le_bytes());
+            }
         }
         format!("{:016x}", h.0)
     }

@@ -41,7 +41,9 @@ pub enum Shuffle {
     /// A full random permutation of all samples, new each epoch (needs random access).
     Global,
     /// Shard order shuffled per epoch, samples shuffled within windows of `window` shards
-    /// (for streaming sources).
+    /// (for streaming sources). Shards a manifest groups into units
+    /// ([`crate::Manifest::units`]: a Parquet row group's chunks) are read unit by unit: units
+    /// in random order, a unit's shards together, in random order.
     Block {
         /// Shards per shuffle window (>= 1).
         window: u32,
@@ -389,12 +391,31 @@ impl Plan {
             )),
             Shuffle::Block { window } => {
                 let n = manifest.shards.len();
-                let mut shards: Vec<u32> = (0..n as u32).collect();
                 let mut rng = SampleRng::from_key(derive_key(&[cfg.seed, cfg.epoch, tag::SHARDS]));
-                for i in (1..n).rev() {
-                    let j = rng.below(i as u64 + 1) as usize;
-                    shards.swap(i, j);
-                }
+                let mut shuffle = |items: &mut [u32]| {
+                    for i in (1..items.len()).rev() {
+                        let j = rng.below(i as u64 + 1) as usize;
+                        items.swap(i, j);
+                    }
+                };
+                let shards: Vec<u32> = if manifest.units.is_empty() {
+                    let mut shards: Vec<u32> = (0..n as u32).collect();
+                    shuffle(&mut shards);
+                    shards
+                } else {
+                    // Units in random order, each unit's shards together, in random order.
+                    let units = manifest.unit_ranges();
+                    let mut order: Vec<u32> = (0..units.len() as u32).collect();
+                    shuffle(&mut order);
+                    let mut shards = Vec::with_capacity(n);
+                    for &u in &order {
+                        let at = shards.len();
+                        let r = &units[u as usize];
+                        shards.extend(r.start as u32..r.end as u32);
+                        shuffle(&mut shards[at..]);
+                    }
+                    shards
+                };
                 let mut prefix = Vec::with_capacity(n + 1);
                 let mut acc = 0;
                 prefix.push(0);
@@ -701,7 +722,7 @@ impl Plan {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+    use std::collections::{HashMap, HashSet};
 
     use proptest::prelude::*;
 
@@ -757,6 +778,56 @@ mod tests {
         let first: Vec<u64> = (0..5).map(|i| plan.get(i)).collect();
         assert!(first.iter().all(|&x| x < 1_000_000_000));
         assert_ne!(first, [0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn block_shuffle_reads_a_units_shards_together() {
+        // Shards 0-2, 3, 4-8 and 9-10 are units (the chunks of four row groups).
+        let counts = [5u64, 5, 2, 7, 5, 5, 5, 5, 1, 4, 4];
+        let m = manifest(&counts).with_units(vec![0, 3, 4, 9]);
+        let unit = |s: u32| match s {
+            0..=2 => 0,
+            3 => 1,
+            4..=8 => 2,
+            _ => 3,
+        };
+        let mut orders = HashSet::new();
+        for epoch in 0..20 {
+            let cfg = PlanConfig {
+                shuffle: Shuffle::Block { window: 2 },
+                epoch,
+                ..Default::default()
+            };
+            let plan = Plan::new(&m, &cfg).unwrap();
+            let (shards, ..) = plan.block_layout().unwrap();
+            let mut sorted = shards.to_vec();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..counts.len() as u32).collect::<Vec<_>>());
+            // Each unit's shards are one run of the order.
+            let mut runs: Vec<u32> = shards.iter().map(|&s| unit(s)).collect();
+            runs.dedup();
+            assert_eq!(runs.len(), 4, "epoch {epoch}: {shards:?}");
+            orders.insert(shards.to_vec());
+            // Every sample once.
+            let mut ids: Vec<u64> = plan.iter().collect();
+            ids.sort_unstable();
+            assert_eq!(ids, (0..m.total_samples()).collect::<Vec<_>>());
+        }
+        assert!(
+            orders.len() > 10,
+            "units and shards within them both shuffle"
+        );
+        // Units take part in the fingerprint (a state saved under others would resume
+        // elsewhere); a manifest without units hashes as it did.
+        assert_ne!(m.fingerprint(), manifest(&counts).fingerprint());
+        let back = Manifest::from_json(&m.to_json(), "m.json").unwrap();
+        assert_eq!(back.units, m.units);
+        let mut bad = m.clone();
+        bad.units = vec![0, 4, 4];
+        let e = Manifest::from_json(&bad.to_json(), "m.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("m.json") && e.contains("units"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! A shard of the manifest is a chunk of at most [`ParquetOptions::chunk_rows`] rows of one
 //! row group (`file.parquet#rowgroup3:16384+16384`), so block shuffle works on a window of
 //! chunks whose columns fit in the CPU's cache, and the plan's rank split hands each rank
-//! whole chunks where it can. A decoded row group (only the projected columns, as Arrow
+//! whole chunks where it can. A group's chunks are a unit of the manifest
+//! ([`chute_core::Manifest::units`]): block shuffle reads groups in random order and a
+//! group's chunks together, so a group is decoded once an epoch however many groups the
+//! dataset has. A decoded row group (only the projected columns, as Arrow
 //! arrays) is kept in a cache shared by the workers; when the cache cannot hold the whole
 //! dataset, a group leaves it as soon as all its rows have been read in the epoch (its
 //! buffers then serve the next group: see `chute_core::alloc`); a batch is then gathered straight
@@ -45,9 +48,10 @@ pub struct ParquetOptions {
     /// are kept whatever the figure, so workers never evict each other's groups mid-batch.
     pub cache_bytes: Option<usize>,
     /// Rows per shard (default 16,384): row groups are split into chunks of this many rows.
-    /// Block shuffle permutes chunks and shuffles rows within windows of chunks, so smaller
-    /// chunks keep a window's columns in cache (gathers from memory that is not in cache
-    /// cost a miss per column per row).
+    /// Block shuffle reads row groups in random order, a group's chunks together in random
+    /// order (they are a unit of the manifest: each group is decoded once an epoch), and
+    /// shuffles rows within windows of chunks, so smaller chunks keep a window's columns in
+    /// cache (gathers from memory that is not in cache cost a miss per column per row).
     pub chunk_rows: Option<usize>,
     /// Columns stacked into one `[B, k]` column (see [`Stack`]).
     pub stack: Stack,
@@ -262,6 +266,12 @@ impl ParquetSource {
             .with_param("columns", names.join(","));
         if !options.stack.is_empty() {
             manifest = manifest.with_param("stack", columnar::stack_param(&options.stack));
+        }
+        if chunks.len() > groups.len() {
+            // A row group's chunks are a unit: a block shuffle reads them together, so each
+            // group is decoded once an epoch, not once per chunk when the dataset is larger
+            // than the decoded cache.
+            manifest = manifest.with_units(group_chunks.iter().map(|&c| c as u64).collect());
         }
         Ok(ParquetSource {
             files,
@@ -880,6 +890,39 @@ mod tests {
         for &id in &ids {
             same_sample(&keyless(sample(id)), &src.read(id).unwrap()).unwrap();
         }
+    }
+
+    #[test]
+    fn a_row_groups_chunks_are_a_unit_of_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let all: Vec<Sample> = (0..60).map(sample).collect();
+        let a = write(dir.path(), "a.parquet", &all, 12);
+        let opts = |chunk_rows| ParquetOptions {
+            chunk_rows: Some(chunk_rows),
+            ..Default::default()
+        };
+        // 5 groups of 12 rows, 3 chunks each.
+        let src = ParquetSource::open(&[&a], opts(4)).unwrap();
+        assert_eq!(src.manifest().units, [0, 3, 6, 9, 12]);
+        // Windows of one chunk: the epoch reads group by group, 12 rows of one group, then
+        // the next (wider windows mix the last chunks of a group with the next's first).
+        let cfg = PlanConfig {
+            shuffle: Shuffle::Block { window: 1 },
+            ..Default::default()
+        };
+        let plan = Plan::new(src.manifest(), &cfg).unwrap();
+        let ids: Vec<u64> = plan.iter().collect();
+        for group in ids.chunks(12) {
+            assert!(group.iter().all(|&i| i / 12 == group[0] / 12), "{ids:?}");
+        }
+        // One chunk per group: no units.
+        assert!(
+            ParquetSource::open(&[&a], opts(12))
+                .unwrap()
+                .manifest()
+                .units
+                .is_empty()
+        );
     }
 
     #[test]
