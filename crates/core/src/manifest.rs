@@ -103,7 +103,8 @@ impl Manifest {
             || self.units[self.units.len() - 1] >= n
         {
             return Err(format!(
-                "the manifest's units must be increasing shard indices from 0, below its {n}                  shards; they are {:?}",
+                "the manifest's units must be increasing shard indices from 0, below its {n} \
+                 shards; they are {:?}",
                 &self.units[..self.units.len().min(8)]
             ));
         }
