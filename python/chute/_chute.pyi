@@ -59,6 +59,7 @@ def dataset(
     columns: Optional[Sequence[str]] = None,
     chunk_rows: Optional[int] = None,
     stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
+    cache_bytes: Optional[int] = None,
     index: str = "auto",
     raw: bool = False,
     verify_checksums: bool = True,
@@ -79,7 +80,8 @@ def dataset(
     "tfrecord", "parquet", "arrow", "megatron") detected from the manifest or the extensions
     unless given; packing options as for ``tokens``. ``stack`` (Parquet, Arrow):
     ``{name: columns}`` stacks numeric columns of one dtype into one ``[B, k]`` column on the
-    workers (columns a list, or a string such as ``"f{0..15}"``).
+    workers (columns a list, or a string such as ``"f{0..15}"``). ``cache_bytes`` (Parquet):
+    as for ``parquet``.
 
     Tokenized Parquet or Arrow (Hugging Face's layout, one document a row) pack with ``pack``:
     the ids in ``columns[0]`` (default ``input_ids``), and with ``columns=["input_ids",
@@ -208,13 +210,19 @@ def parquet(
     columns: Optional[Sequence[str]] = None,
     chunk_rows: Optional[int] = None,
     stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
+    cache_bytes: Optional[int] = None,
 ) -> Source:
     """Parquet files, paths or URLs (downloaded whole when opened): projected columns; numeric
     ``[B]``, fixed-size lists ``[B, k]``; ``stack={"x": ["f0", "f1"]}`` (or ``"f{0..15}"``)
     stacks numeric columns of one dtype into one ``[B, k]`` column ``x`` on the workers.
-    Shards are chunks of ``chunk_rows`` rows (default 16,384) of a row group; ``shuffle="block"``
-    reads row groups in random order and a group's chunks together, in random order, so each
-    group is decoded once an epoch."""
+    Shards are chunks of ``chunk_rows`` rows (default 16,384) of a row group. A row group is
+    decoded a piece at a time (a run of whole chunks, about 16 MiB decoded), and a piece leaves
+    memory as soon as the epoch has read its rows (streaming); ``cache_bytes`` keeps the
+    decoded data for later epochs when it fits in that many bytes. ``shuffle="block"`` reads
+    pieces in random order and a piece's chunks together, in random order, so each piece is
+    decoded once an epoch. A global shuffle needs the cache to hold the whole dataset (each
+    batch draws from every piece): without that room it is refused at the first batch, naming
+    the ``cache_bytes`` that would do."""
 
 def arrow(
     data: Any,

@@ -186,7 +186,8 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// the extensions unless `format` names it. The other options apply to the formats that use
 /// them: `seq_len`, `dtype`, `out_dtype` (token files; by default the manifest's, else 1024,
 /// uint16 and int64), `columns` (Parquet columns or TFRecord features), `chunk_rows`
-/// (Parquet and Arrow), `stack` (Parquet and Arrow: `{name: [columns]}`), `index` (tar and
+/// (Parquet and Arrow), `stack` (Parquet and Arrow: `{name: [columns]}`), `cache_bytes`
+/// (Parquet: see `parquet`), `index` (tar and
 /// TFRecord), `raw` and `verify_checksums` (TFRecord), and packing for token files and
 /// Megatron datasets (`pack`, `eos_id`, `pad_id`, `long`, `pack_window`, `pack_seed`,
 /// `pad_to_multiple_of`, `bucket`: see `tokens`). With `tokenizer` (a `tokenizer.json`), the
@@ -196,7 +197,8 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// and packed (`concat` by default, `eos_id` appended after each document).
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
-                    columns=None, chunk_rows=None, stack=None, index="auto", raw=false,
+                    columns=None, chunk_rows=None, stack=None, cache_bytes=None,
+                    index="auto", raw=false,
                     verify_checksums=true, pack=None, eos_id=None, pad_id=0, long="split",
                     pack_window=1024, pack_seed=0, pad_to_multiple_of=1, bucket=0,
                     tokenizer=None, text_field="text", add_special_tokens=true))]
@@ -211,6 +213,7 @@ pub(crate) fn dataset(
     columns: Option<Vec<String>>,
     chunk_rows: Option<usize>,
     stack: Option<&Bound<'_, PyAny>>,
+    cache_bytes: Option<usize>,
     index: &str,
     raw: bool,
     verify_checksums: bool,
@@ -256,6 +259,7 @@ pub(crate) fn dataset(
         columns,
         chunk_rows,
         stack: self::stack(stack)?,
+        cache_bytes,
         index: index_mode(index)?,
         raw,
         verify_checksums,
@@ -334,20 +338,24 @@ pub(crate) fn tfrecord(
 /// numeric columns come out as `[B]`, fixed-size lists as `[B, k]`, binary and string columns
 /// as lists. Row groups are split into shards of at most `chunk_rows` rows (default 16,384).
 /// `stack={"x": ["f0", "f1", ...]}` stacks numeric columns of one dtype into one `[B, k]`
-/// column `x` on the workers (a list or a brace pattern such as `"f{0..15}"`).
+/// column `x` on the workers (a list or a brace pattern such as `"f{0..15}"`). Row groups are
+/// decoded a piece (about 16 MiB) at a time and a piece leaves memory once read; `cache_bytes`
+/// keeps the decoded data of files that fit in that many bytes for later epochs instead.
 #[pyfunction]
-#[pyo3(signature = (urls, *, columns=None, chunk_rows=None, stack=None))]
+#[pyo3(signature = (urls, *, columns=None, chunk_rows=None, stack=None, cache_bytes=None))]
 pub(crate) fn parquet(
     py: Python<'_>,
     urls: &Bound<'_, PyAny>,
     columns: Option<Vec<String>>,
     chunk_rows: Option<usize>,
     stack: Option<&Bound<'_, PyAny>>,
+    cache_bytes: Option<usize>,
 ) -> PyResult<Source> {
     let options = OpenOptions {
         format: Some(Format::Parquet),
         columns,
         chunk_rows,
+        cache_bytes,
         stack: self::stack(stack)?,
         ..Default::default()
     };

@@ -99,6 +99,38 @@ def test_parquet_written_by_pyarrow(tmp_path):
         chute.parquet(str(path), columns=["nope"])
 
 
+def test_parquet_streams_pieces_and_refuses_a_global_shuffle_its_cache_cannot_hold(tmp_path):
+    pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (scripts/test.sh installs it)")
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 2000
+    table = pa.table({"x": np.arange(n, dtype=np.float32), "id": np.arange(n, dtype=np.int64)})
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(table, path, row_group_size=100)
+
+    def ids(src, shuffle, epochs=1):
+        loader = chute.Loader(src, batch_size=64, shuffle=shuffle, seed=2, num_workers=2)
+        out = []
+        for epoch in range(epochs):
+            loader.set_epoch(epoch)
+            for b in loader:
+                assert np.array_equal(np.asarray(b["x"]), np.asarray(b["id"]).astype(np.float32))
+                out.extend(np.asarray(b["id"]).tolist())
+        return out
+
+    # 20 row groups, a cache of at most 8 of them: streaming in file order and block shuffle
+    # read every row; a global shuffle would decode most groups again for each batch.
+    small = chute.parquet(path, cache_bytes=1, chunk_rows=50)
+    assert sorted(ids(small, False)) == list(range(n))
+    assert sorted(ids(small, "block", epochs=2)) == sorted(list(range(n)) * 2)
+    with pytest.raises(chute.ConfigError, match="global shuffle.*cache_bytes"):
+        ids(small, True)
+    # The default (streaming, a 1 GiB bound on what is held at once) and a cache that holds
+    # the dataset for later epochs both serve a global shuffle.
+    for src in [chute.parquet(path), chute.parquet(path, cache_bytes=1 << 30)]:
+        got = ids(src, True, epochs=2)
+        assert sorted(got) == sorted(list(range(n)) * 2) and got[:n] != got[n:]
+
+
 @pytest.mark.parametrize("shuffle", [False, "block", True])
 def test_parquet_and_arrow_stack_columns_on_the_workers(tmp_path, shuffle):
     pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (scripts/test.sh installs it)")

@@ -187,6 +187,8 @@ impl DatasetArgs {
             columns: self.columns.clone(),
             chunk_rows: self.chunk_rows,
             stack: self.stack.clone(),
+            // Parquet streams (each piece of a row group read once an epoch).
+            cache_bytes: None,
             index: self.index,
             raw: self.raw,
             verify_checksums: !self.no_verify,

@@ -795,16 +795,45 @@ fn scatter_fixed<const W: usize>(
         raw[from..from + W].try_into().expect("a slice of W bytes")
     };
     let slots = dst[offset..].chunks_mut(stride).map(|s| &mut s[..W]);
+    // Rows in random order are a cache miss each: the row `AHEAD` places on is asked for
+    // while this one is copied, so the misses overlap instead of coming one after another.
+    const AHEAD: usize = 16;
+    let ahead = |i: usize| {
+        if let Some(&(p, row)) = rows.get(i + AHEAD) {
+            let at = row * src.stride + src.offset;
+            prefetch(raws[p], at);
+            prefetch(raws[p], at + W - 1);
+        }
+    };
     if let [raw] = raws {
         // The common case: the whole batch from one part.
-        for (out, &(_, row)) in slots.zip(rows) {
+        for (i, (out, &(_, row))) in slots.zip(rows).enumerate() {
+            ahead(i);
             out.copy_from_slice(&value(raw, row));
         }
     } else {
-        for (out, &(p, row)) in slots.zip(rows) {
+        for (i, (out, &(p, row))) in slots.zip(rows).enumerate() {
+            ahead(i);
             out.copy_from_slice(&value(raws[p], row));
         }
     }
+}
+
+/// Asks the CPU to bring the cache line of `raw[at]` in (a hint: nothing when `at` is past
+/// the end, or off x86-64).
+#[inline(always)]
+fn prefetch(raw: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(byte) = raw.get(at) {
+        // SAFETY: a prefetch reads nothing and writes nothing; the address lies in `raw`.
+        #[allow(unused_unsafe)]
+        unsafe {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(byte).cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (raw, at);
 }
 
 /// True when some field of `layout` (over columns of `kinds`) is fixed-width: what a
@@ -825,10 +854,10 @@ pub(crate) fn has_fixed(kinds: &[Kind], layout: &Layout) -> bool {
 /// `stride`-byte row. The fields' widths must add up to `stride` (every byte of `dst` is then
 /// written: it may start uninitialized). Rows go a tile at a time, a tile small enough to
 /// stay in L1 while each field is spread into it.
-fn interleave(
+fn interleave<'a>(
     dst: &mut [std::mem::MaybeUninit<u8>],
     stride: usize,
-    fields: &[(&[u8], usize, usize)],
+    fields: &[(&'a [u8], usize, usize)],
     rows: usize,
 ) {
     debug_assert_eq!(fields.iter().map(|&(_, w, _)| w).sum::<usize>(), stride);
@@ -836,7 +865,25 @@ fn interleave(
     for lo in (0..rows).step_by(tile) {
         let n = tile.min(rows - lo);
         let dst = &mut dst[lo * stride..(lo + n) * stride];
-        for &(raw, w, offset) in fields {
+        let mut k = 0;
+        while k < fields.len() {
+            let (raw, w, offset) = fields[k];
+            k += 1;
+            // Four 4-byte fields side by side (a stack of floats): transposed four rows at
+            // a time, a 16-byte store a row instead of four 4-byte ones.
+            if w == 4
+                && let Some(next) = fields.get(k..k + 3)
+                && next
+                    .iter()
+                    .enumerate()
+                    .all(|(j, &(_, w, at))| w == 4 && at == offset + 4 * (j + 1))
+            {
+                let src = |raw: &'a [u8]| &raw[lo * 4..(lo + n) * 4];
+                let four = [src(raw), src(next[0].0), src(next[1].0), src(next[2].0)];
+                spread4x4(dst, stride, offset, four);
+                k += 3;
+                continue;
+            }
             let src = &raw[lo * w..(lo + n) * w];
             match w {
                 1 => spread::<1>(dst, stride, offset, src),
@@ -853,6 +900,57 @@ fn interleave(
                 }
             }
         }
+    }
+}
+
+/// Copies the consecutive 4-byte values of four fields, `srcs` (of as many values each), to
+/// `dst[i * stride + offset..]`, side by side: row `i` gets the four fields' values `i`, 16
+/// bytes. Four rows at a time are a 4x4 transpose in SSE registers (moves only: the bytes are
+/// copied as they are, whatever they hold).
+fn spread4x4(
+    dst: &mut [std::mem::MaybeUninit<u8>],
+    stride: usize,
+    offset: usize,
+    srcs: [&[u8]; 4],
+) {
+    let rows = srcs[0].len() / 4;
+    if rows == 0 {
+        return;
+    }
+    assert!(srcs.iter().all(|s| s.len() / 4 == rows));
+    assert!(16 <= stride && offset + (rows - 1) * stride + 16 <= dst.len());
+    let to = dst.as_mut_ptr().cast::<u8>();
+    let mut i = 0;
+    #[cfg(target_arch = "x86_64")]
+    while i + 4 <= rows {
+        use std::arch::x86_64::{
+            _mm_loadu_ps, _mm_movehl_ps, _mm_movelh_ps, _mm_storeu_ps, _mm_unpackhi_ps,
+            _mm_unpacklo_ps,
+        };
+        // SAFETY: i + 4 <= rows, so bytes `4i..4i + 16` lie in each source and `offset + (i +
+        // j) * stride .. + 16` in `dst` for j < 4 (asserted above); loads and stores are
+        // unaligned ones, and sources and `dst` do not overlap.
+        #[allow(unused_unsafe)]
+        unsafe {
+            let load = |s: &[u8]| _mm_loadu_ps(s.as_ptr().add(4 * i).cast());
+            let (a, b, c, d) = (load(srcs[0]), load(srcs[1]), load(srcs[2]), load(srcs[3]));
+            let (ab_lo, ab_hi) = (_mm_unpacklo_ps(a, b), _mm_unpackhi_ps(a, b));
+            let (cd_lo, cd_hi) = (_mm_unpacklo_ps(c, d), _mm_unpackhi_ps(c, d));
+            let at = |j: usize| to.add(offset + (i + j) * stride).cast::<f32>();
+            _mm_storeu_ps(at(0), _mm_movelh_ps(ab_lo, cd_lo));
+            _mm_storeu_ps(at(1), _mm_movehl_ps(cd_lo, ab_lo));
+            _mm_storeu_ps(at(2), _mm_movelh_ps(ab_hi, cd_hi));
+            _mm_storeu_ps(at(3), _mm_movehl_ps(cd_hi, ab_hi));
+        }
+        i += 4;
+    }
+    for (j, src) in srcs.into_iter().enumerate() {
+        spread::<4>(
+            &mut dst[i * stride..],
+            stride,
+            offset + 4 * j,
+            &src[i * 4..],
+        );
     }
 }
 
@@ -1193,8 +1291,9 @@ mod tests {
     #[test]
     fn interleave_writes_every_field_of_every_row() {
         // Widths with moves of their own and one without (3), over rows spanning several
-        // tiles and ending inside one.
-        let widths = [1usize, 2, 4, 8, 16, 3];
+        // tiles and ending inside one (tiles of a row count that is not a multiple of 4).
+        // Runs of 4-byte fields side by side: five (four transposed, one alone) and three.
+        let widths = [1usize, 2, 4, 4, 4, 4, 4, 8, 16, 3, 4, 4, 4];
         let stride: usize = widths.iter().sum();
         let rows = 3 * ((16 << 10) / stride + 1) + 7;
         let cols: Vec<Vec<u8>> = widths

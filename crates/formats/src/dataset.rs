@@ -174,6 +174,9 @@ pub struct OpenOptions {
     pub chunk_rows: Option<usize>,
     /// Parquet and Arrow: columns stacked into one `[B, k]` column (see [`Stack`]).
     pub stack: Stack,
+    /// Parquet: bytes of decoded data kept in memory for later epochs (default: none kept,
+    /// pieces of row groups are dropped once read; see `ParquetOptions::cache_bytes`).
+    pub cache_bytes: Option<usize>,
     /// Tar and TFRecord: where shard indexes come from.
     pub index: IndexMode,
     /// TFRecord: records as raw bytes (a `record` field) instead of `tf.train.Example`s.
@@ -211,6 +214,7 @@ impl Default for OpenOptions {
             columns: None,
             chunk_rows: None,
             stack: Stack::new(),
+            cache_bytes: None,
             index: IndexMode::Auto,
             raw: false,
             verify_checksums: true,
@@ -519,6 +523,7 @@ fn open_parquet(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Sour
         columns: options.columns.clone(),
         chunk_rows: options.chunk_rows,
         stack: options.stack.clone(),
+        cache_bytes: options.cache_bytes,
         ..Default::default()
     };
     Ok(Arc::new(crate::parquet::ParquetSource::open(files, opts)?))

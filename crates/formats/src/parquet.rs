@@ -3,16 +3,19 @@
 //! A shard of the manifest is a chunk of at most [`ParquetOptions::chunk_rows`] rows of one
 //! row group (`file.parquet#rowgroup3:16384+16384`), so block shuffle works on a window of
 //! chunks whose columns fit in the CPU's cache, and the plan's rank split hands each rank
-//! whole chunks where it can. A group's chunks are a unit of the manifest
-//! ([`chute_core::Manifest::units`]): block shuffle reads groups in random order and a
-//! group's chunks together, so a group is decoded once an epoch however many groups the
-//! dataset has. A decoded row group (only the projected columns, as Arrow
-//! arrays) is kept in a cache shared by the workers; when the cache cannot hold the whole
-//! dataset, a group leaves it as soon as all its rows have been read in the epoch (its
-//! buffers then serve the next group: see `chute_core::alloc`); a batch is then gathered straight
-//! from the Arrow arrays into the batch's column buffers ([`Source::collate`]): numeric
-//! columns become `[B]` tensors, fixed-size lists `[B, k]`, binary and string columns
-//! variable-length columns. No object per row on that path.
+//! whole chunks where it can. A row group is decoded a piece at a time: a run of whole
+//! chunks of about [`ParquetOptions::piece_bytes`] decoded (16 MiB), each column by a reader
+//! that goes on where the last piece left it (or, for a piece read out of order, skips the
+//! pages before it by their headers). A piece's chunks are a unit of the manifest
+//! ([`chute_core::Manifest::units`]): block shuffle reads pieces in random order and a
+//! piece's chunks together, so a piece is decoded once an epoch and only the pieces being
+//! read are in memory. Decoded pieces (only the projected columns, as Arrow arrays) are kept
+//! in a cache shared by the workers; a piece leaves it as soon as all its rows have been
+//! read in the epoch (its buffers then serve the next piece: see `chute_core::alloc`), unless
+//! [`ParquetOptions::cache_bytes`] asks to keep a dataset that fits for later epochs. A batch
+//! is gathered straight from the Arrow arrays into the batch's column buffers
+//! ([`Source::collate`]): numeric columns become `[B]` tensors, fixed-size lists `[B, k]`,
+//! binary and string columns variable-length columns. No object per row on that path.
 //!
 //! Nulls are refused with the column and row named: batches have no null representation.
 
@@ -44,14 +47,24 @@ mod thrift;
 pub struct ParquetOptions {
     /// Columns to read, in this order (projection); `None` reads every column.
     pub columns: Option<Vec<String>>,
-    /// Decoded row groups kept in memory, in bytes (default 1 GiB). At least a few row groups
-    /// are kept whatever the figure, so workers never evict each other's groups mid-batch.
+    /// Decoded data kept in memory, in bytes. Unset (the default), a decoded piece of a
+    /// row group leaves memory as soon as the epoch has read its rows (streaming: memory is
+    /// bounded by the pieces being read, and their buffers serve the next pieces), and at
+    /// most 1 GiB of pieces is held at once. Set, the pieces stay for later epochs when this
+    /// many bytes hold the whole dataset (epochs after the first decode nothing), and bound
+    /// the pieces held at once otherwise. At least a few pieces are kept whatever the
+    /// figure, so workers never evict each other's pieces mid-batch.
     pub cache_bytes: Option<usize>,
+    /// Decoded bytes of a piece (default 16 MiB): a row group is decoded a piece of whole
+    /// chunks at a time, each column by a reader that goes on where the last piece left it,
+    /// so a row group of gigabytes is never all in memory at once.
+    pub piece_bytes: Option<usize>,
     /// Rows per shard (default 16,384): row groups are split into chunks of this many rows.
-    /// Block shuffle reads row groups in random order, a group's chunks together in random
-    /// order (they are a unit of the manifest: each group is decoded once an epoch), and
-    /// shuffles rows within windows of chunks, so smaller chunks keep a window's columns in
-    /// cache (gathers from memory that is not in cache cost a miss per column per row).
+    /// Block shuffle reads pieces (see `piece_bytes`) in random order, a piece's chunks
+    /// together in random order (they are a unit of the manifest: each piece is decoded once
+    /// an epoch), and shuffles rows within windows of chunks, so smaller chunks keep a
+    /// window's columns in cache (gathers from memory that is not in cache cost a miss per
+    /// column per row).
     pub chunk_rows: Option<usize>,
     /// Columns stacked into one `[B, k]` column (see [`Stack`]).
     pub stack: Stack,
@@ -60,8 +73,11 @@ pub struct ParquetOptions {
 /// Default rows per shard.
 const DEFAULT_CHUNK_ROWS: usize = 1 << 14;
 
-/// Default size of the decoded row-group cache.
+/// Default bound on the decoded pieces held at once.
 const DEFAULT_CACHE_BYTES: usize = 1 << 30;
+
+/// Default decoded bytes of a piece of a row group (see [`ParquetOptions::piece_bytes`]).
+const PIECE_BYTES: usize = 16 << 20;
 
 struct FileMeta {
     path: PathBuf,
@@ -81,7 +97,34 @@ struct ColumnSlot {
     value: OnceLock<Result<ArrayRef, String>>,
 }
 
-/// A cached row group: its projected columns, in the requested order, and (for plans in
+/// A run of whole chunks of one row group, decoded together: the unit of the decoded cache.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    /// Its row group's place in `groups`.
+    group: usize,
+    /// Its first row in the group, and its rows.
+    first: u64,
+    rows: u64,
+}
+
+/// A row group's column being decoded a piece at a time: the reader, and the row of the
+/// group it reads next. The next piece is decoded on from there (no page decompressed
+/// twice); another piece makes a new reader, which skips whole pages by their headers.
+struct Cursor {
+    next: u64,
+    reader: parquet::arrow::arrow_reader::ParquetRecordBatchReader,
+}
+
+/// A row group's column: its cursor, if a piece has been decoded and the column goes on,
+/// and whether its page headers have been checked (once: pieces out of order make readers
+/// again and again).
+#[derive(Default)]
+struct Reading {
+    checked: bool,
+    cursor: Option<Cursor>,
+}
+
+/// A cached piece: its projected columns, in the requested order, and (for plans in
 /// random order) the row-major copy of each of its chunks, made by the first gather that
 /// needs it and dropped once all the chunk's rows have been read (so the next chunk's copy
 /// reuses its memory instead of mapping new pages).
@@ -92,7 +135,7 @@ struct Cached {
 
 type Group = Arc<Cached>;
 
-/// A decoded row group: its projected columns, in the requested order.
+/// A decoded piece: its projected columns, in the requested order.
 type Columns = Vec<ArrayRef>;
 
 /// Parquet files as a [`Source`], one shard per row group.
@@ -102,7 +145,13 @@ pub struct ParquetSource {
     groups: Vec<(usize, usize, u64)>,
     /// Byte offset of each row group's first column chunk, for error messages.
     offsets: Vec<u64>,
-    /// (row group, first row) of each shard.
+    /// The pieces the row groups are decoded in, group by group.
+    pieces: Vec<Piece>,
+    /// Rows of each row group's pieces (its last piece may hold fewer).
+    piece_rows: Vec<u64>,
+    /// Each row group's column cursors, by projected column.
+    cursors: Vec<Box<[Mutex<Reading>]>>,
+    /// (piece, first row in the piece) of each shard.
     chunks: Vec<(usize, u64)>,
     /// Rows per shard (a row group's last shard may hold fewer).
     chunk_rows: u64,
@@ -110,20 +159,29 @@ pub struct ParquetSource {
     names: Vec<String>,
     kinds: Vec<Kind>,
     layout: Layout,
+    /// Decoded pieces by place in `pieces`, and the order they were last used in.
     cache: Mutex<(HashMap<usize, Group>, VecDeque<usize>)>,
-    cache_groups: usize,
+    /// Pieces the cache holds at most.
+    cache_pieces: usize,
+    /// Bytes the dataset's projected columns take decoded, all together.
+    decoded: u64,
+    /// [`ParquetOptions::cache_bytes`] was given: pieces stay for later epochs when the
+    /// cache holds every one of them.
+    keep: bool,
     /// The plan reads rows in random order (global or block shuffle): gathers read from
-    /// row-major copies of the groups, which count against the cache (half as many groups).
+    /// row-major copies of the pieces, which count against the cache (half as many pieces).
     random: AtomicBool,
-    /// Rows of each row group read since the plan was last set: when the cache cannot hold
-    /// every group, a group all of whose rows have been read is dropped from it at once (this
-    /// epoch needs it no more), so its buffers are reused for the next group instead of new
-    /// pages being mapped.
+    /// The plan is a global shuffle and the cache cannot hold every piece: each batch would
+    /// decode most of the dataset again, so reads are refused (see [`ParquetSource::order`]).
+    thrashing: AtomicBool,
+    /// Rows of each piece read since the plan was last set: a piece all of whose rows have
+    /// been read leaves the cache at once (this epoch needs it no more), so its buffers are
+    /// reused for the next piece instead of new pages being mapped.
     consumed: Vec<AtomicU64>,
     /// Rows of each shard read since the plan was last set (for its row-major copy).
     chunk_consumed: Vec<AtomicU64>,
-    /// Place in `chunks` of each row group's first shard.
-    group_chunks: Vec<usize>,
+    /// Place in `chunks` of each piece's first shard.
+    piece_chunks: Vec<usize>,
     /// Some batch field is fixed-width (row-major copies serve random orders).
     mirrored: bool,
 }
@@ -133,6 +191,7 @@ impl std::fmt::Debug for ParquetSource {
         f.debug_struct("ParquetSource")
             .field("files", &self.files.len())
             .field("row_groups", &self.groups.len())
+            .field("pieces", &self.pieces.len())
             .field("shards", &self.chunks.len())
             .field("columns", &self.names)
             .finish()
@@ -162,9 +221,12 @@ impl ParquetSource {
         let mut groups = Vec::new();
         let mut offsets = Vec::new();
         let mut chunks = Vec::new();
-        let mut group_chunks = Vec::new();
+        let mut pieces = Vec::new();
+        let mut piece_rows = Vec::new();
+        let mut piece_chunks = Vec::new();
         let mut shards = Vec::new();
         let chunk_rows = options.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1) as u64;
+        let piece_bytes = options.piece_bytes.unwrap_or(PIECE_BYTES).max(1) as u64;
         let mut first: Option<(String, columnar::Projected)> = None;
         // What the groups cost decoded, all together: the larger of what each footer says
         // and what its row counts make (sizes the decoded cache's capacity in groups).
@@ -216,16 +278,28 @@ impl ParquetSource {
                         .and_then(|c| pages::byte_range(c, file_len))
                         .map_or(0, |r| r.0),
                 );
-                total_decoded = total_decoded.saturating_add(
-                    u64::try_from(rg.total_byte_size())
-                        .unwrap_or(0)
-                        .max(decoded),
-                );
-                group_chunks.push(chunks.len());
+                let decoded = u64::try_from(rg.total_byte_size())
+                    .unwrap_or(0)
+                    .max(decoded);
+                total_decoded = total_decoded.saturating_add(decoded);
+                // Pieces of whole chunks, about `piece_bytes` decoded each.
+                let per_piece =
+                    (piece_bytes.saturating_mul(rows) / decoded.max(1)) / chunk_rows * chunk_rows;
+                let per_piece = per_piece.max(chunk_rows).min(rows.max(1));
+                piece_rows.push(per_piece);
                 let mut first = 0;
                 while first < rows || (rows == 0 && first == 0) {
                     let n = chunk_rows.min(rows - first);
-                    chunks.push((g, first));
+                    if first % per_piece == 0 {
+                        pieces.push(Piece {
+                            group: g,
+                            first,
+                            rows: per_piece.min(rows - first),
+                        });
+                        piece_chunks.push(chunks.len());
+                    }
+                    let p = pieces.len() - 1;
+                    chunks.push((p, first - pieces[p].first));
                     shards.push(ShardInfo {
                         path: format!("{origin}#rowgroup{gi}:{first}+{n}"),
                         samples: n,
@@ -259,25 +333,31 @@ impl ParquetSource {
         }
         let (origin, columnar::Projected { names, kinds, .. }) = first.expect("at least one file");
         let layout = Layout::new(&names, &kinds, &options.stack, &origin)?;
-        let avg = (total_decoded.max(1) / groups.len().max(1) as u64) as usize;
+        let avg = (total_decoded.max(1) / pieces.len().max(1) as u64) as usize;
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
-        let cache_groups = (cache_bytes / avg.max(1)).max(8);
+        let cache_pieces = (cache_bytes / avg.max(1)).max(8);
         let mut manifest = Manifest::new(crate::Format::Parquet.name(), shards)
             .with_param("columns", names.join(","));
         if !options.stack.is_empty() {
             manifest = manifest.with_param("stack", columnar::stack_param(&options.stack));
         }
-        if chunks.len() > groups.len() {
-            // A row group's chunks are a unit: a block shuffle reads them together, so each
-            // group is decoded once an epoch, not once per chunk when the dataset is larger
-            // than the decoded cache.
-            manifest = manifest.with_units(group_chunks.iter().map(|&c| c as u64).collect());
+        if chunks.len() > pieces.len() {
+            // A piece's chunks are a unit: a block shuffle reads them together, so each
+            // piece is decoded once an epoch, not once per chunk, and only the pieces of
+            // the windows being read are in memory.
+            manifest = manifest.with_units(piece_chunks.iter().map(|&c| c as u64).collect());
         }
+        let width = names.len();
         Ok(ParquetSource {
             files,
-            consumed: (0..groups.len()).map(|_| AtomicU64::new(0)).collect(),
+            consumed: (0..pieces.len()).map(|_| AtomicU64::new(0)).collect(),
             chunk_consumed: (0..chunks.len()).map(|_| AtomicU64::new(0)).collect(),
-            group_chunks,
+            cursors: (0..groups.len())
+                .map(|_| (0..width).map(|_| Mutex::default()).collect())
+                .collect(),
+            pieces,
+            piece_rows,
+            piece_chunks,
             mirrored: columnar::has_fixed(&kinds, &layout),
             groups,
             offsets,
@@ -288,8 +368,11 @@ impl ParquetSource {
             kinds,
             layout,
             cache: Mutex::new((HashMap::new(), VecDeque::new())),
-            cache_groups,
+            cache_pieces,
+            decoded: total_decoded,
+            keep: options.cache_bytes.is_some(),
             random: AtomicBool::new(false),
+            thrashing: AtomicBool::new(false),
         })
     }
 
@@ -303,35 +386,35 @@ impl ParquetSource {
         self.layout.names(&self.names)
     }
 
-    /// Decoded row group `g`: its columns from the cache, or decoded now. Columns are the
-    /// unit of decoding, so workers that need the same row group decode its columns in
-    /// parallel rather than wait for one of them to decode it all.
-    fn group(&self, g: usize) -> Result<Columns, Error> {
-        self.cached(g).map(|(columns, _)| columns)
+    /// Decoded piece `p`: its columns from the cache, or decoded now. Columns are the unit
+    /// of decoding, so workers that need the same piece decode its columns in parallel
+    /// rather than wait for one of them to decode it all.
+    fn piece(&self, p: usize) -> Result<Columns, Error> {
+        self.cached(p).map(|(columns, _)| columns)
     }
 
-    /// Decoded row group `g` and its cache entry (where its row-major copy lives).
-    fn cached(&self, g: usize) -> Result<(Columns, Group), Error> {
+    /// Decoded piece `p` and its cache entry (where its row-major copies live).
+    fn cached(&self, p: usize) -> Result<(Columns, Group), Error> {
         let entry = {
             let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             let (map, order) = &mut *guard;
             let entry = map
-                .entry(g)
+                .entry(p)
                 .or_insert_with(|| {
                     Arc::new(Cached {
                         slots: (0..self.names.len())
                             .map(|_| ColumnSlot::default())
                             .collect(),
-                        rows: (0..self.groups[g].2.div_ceil(self.chunk_rows).max(1))
+                        rows: (0..self.pieces[p].rows.div_ceil(self.chunk_rows).max(1))
                             .map(|_| Mutex::new(None))
                             .collect(),
                     })
                 })
                 .clone();
-            if let Some(pos) = order.iter().position(|&s| s == g) {
+            if let Some(pos) = order.iter().position(|&s| s == p) {
                 order.remove(pos);
             }
-            order.push_back(g);
+            order.push_back(p);
             while order.len() > self.capacity() {
                 if let Some(old) = order.pop_front() {
                     map.remove(&old);
@@ -343,7 +426,7 @@ impl ParquetSource {
         for (c, slot) in slots.iter().enumerate() {
             if !slot.claimed.swap(true, Ordering::AcqRel) {
                 // The claim is ours alone, so this `set` cannot find the slot already set.
-                let _ = slot.value.set(self.decode(g, c));
+                let _ = slot.value.set(self.decode(p, c));
             }
         }
         let columns = slots
@@ -351,57 +434,59 @@ impl ParquetSource {
             .map(|slot| slot.value.wait().clone())
             .collect::<Result<Columns, String>>()
             .map_err(|reason| {
+                let g = self.pieces[p].group;
                 let path = self.files[self.groups[g].0].path.display().to_string();
                 Error::corrupt(path, self.offsets[g], reason)
             })?;
         Ok((columns, entry))
     }
 
-    /// The row-major copy of chunk `chunk` of a row group the batch reads, made now if
-    /// no gather has made it (or since it was last dropped).
-    fn mirror(&self, (g, columns, entry): &(usize, Columns, Group), chunk: usize) -> Arc<RowMajor> {
+    /// The row-major copy of chunk `chunk` of a piece the batch reads, made now if no
+    /// gather has made it (or since it was last dropped).
+    fn mirror(&self, (p, columns, entry): &(usize, Columns, Group), chunk: usize) -> Arc<RowMajor> {
         let mut slot = entry.rows[chunk].lock().unwrap_or_else(|e| e.into_inner());
         slot.get_or_insert_with(|| {
             let first = chunk * self.chunk_rows as usize;
-            let n = (self.groups[*g].2 as usize - first).min(self.chunk_rows as usize);
+            let n = (self.pieces[*p].rows as usize - first).min(self.chunk_rows as usize);
             Arc::new(RowMajor::new(&self.kinds, &self.layout, columns, first, n))
         })
         .clone()
     }
 
-    /// Row groups the cache holds: half as many when their row-major copies are kept too.
+    /// Pieces the cache holds: half as many when their row-major copies are kept too.
     fn capacity(&self) -> usize {
         if self.random.load(Ordering::Relaxed) {
-            (self.cache_groups / 2).max(8)
+            (self.cache_pieces / 2).max(8)
         } else {
-            self.cache_groups
+            self.cache_pieces
         }
     }
 
-    /// Counts `n` more rows read from row group `g`; once all of them have been, the group
-    /// leaves the cache (buffers in use by a batch stay alive until it is built), unless the
-    /// cache holds every group of the dataset: then later epochs read them from it.
-    fn consume(&self, g: usize, n: u64) {
-        if self.groups.len() <= self.capacity() {
+    /// Counts `n` more rows read from piece `p`; once all of them have been, the piece
+    /// leaves the cache (buffers in use by a batch stay alive until it is built), unless
+    /// [`ParquetOptions::cache_bytes`] was given and the cache holds every piece of the
+    /// dataset: then later epochs read them from it.
+    fn consume(&self, p: usize, n: u64) {
+        if self.keep && self.pieces.len() <= self.capacity() {
             return;
         }
-        let rows = self.groups[g].2;
-        let before = self.consumed[g].fetch_add(n, Ordering::Relaxed);
+        let rows = self.pieces[p].rows;
+        let before = self.consumed[p].fetch_add(n, Ordering::Relaxed);
         if before < rows && before + n >= rows {
             let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             let (map, order) = &mut *guard;
-            map.remove(&g);
-            if let Some(pos) = order.iter().position(|&s| s == g) {
+            map.remove(&p);
+            if let Some(pos) = order.iter().position(|&s| s == p) {
                 order.remove(pos);
             }
         }
     }
 
-    /// Decodes column `c` of row group `g`; never panics (a corrupt page can make the
-    /// decoder panic: that is a bad file, not a crash).
-    fn decode(&self, g: usize, c: usize) -> Result<ArrayRef, String> {
-        let (fi, gi, _) = self.groups[g];
-        chute_core::quiet::catch_quietly(|| self.decode_inner(g, c))
+    /// Decodes column `c` of piece `p`; never panics (a corrupt page can make the decoder
+    /// panic: that is a bad file, not a crash).
+    fn decode(&self, p: usize, c: usize) -> Result<ArrayRef, String> {
+        let (fi, gi, _) = self.groups[self.pieces[p].group];
+        chute_core::quiet::catch_quietly(|| self.decode_inner(p, c))
             .unwrap_or_else(|why| {
                 Err(format!(
                     "row group {gi}, column {:?}: the decoder failed on corrupt data ({why})",
@@ -411,11 +496,57 @@ impl ParquetSource {
             .map_err(|e| format!("{} {e}", self.files[fi].path.display()))
     }
 
-    fn decode_inner(&self, g: usize, c: usize) -> Result<ArrayRef, String> {
-        let (fi, gi, rows) = self.groups[g];
-        let rows = rows as usize;
-        let f = &self.files[fi];
+    fn decode_inner(&self, p: usize, c: usize) -> Result<ArrayRef, String> {
+        let Piece { group, first, rows } = self.pieces[p];
+        let (_, gi, group_rows) = self.groups[group];
         let name = &self.names[c];
+        let place = &self.cursors[group][c];
+        let mut reading = place.lock().unwrap_or_else(|e| {
+            // A decoder panicked holding it: its reader is in no known state.
+            place.clear_poison();
+            let mut reading = e.into_inner();
+            reading.cursor = None;
+            reading
+        });
+        if !reading.checked {
+            self.check_pages(group, c)?;
+            reading.checked = true;
+        }
+        let cursor = &mut reading.cursor;
+        if cursor.as_ref().is_none_or(|k| k.next != first) {
+            *cursor = None;
+            *cursor = Some(self.cursor(group, c, first)?);
+        }
+        let k = cursor.as_mut().expect("set above");
+        let batch = match k.reader.next() {
+            Some(Ok(batch)) => batch,
+            end => {
+                *cursor = None;
+                return Err(match end {
+                    Some(Err(e)) => format!("row group {gi}, column {name:?}: {e}"),
+                    _ => format!("row group {gi}, column {name:?} ended before row {first}"),
+                });
+            }
+        };
+        k.next += rows;
+        if k.next >= group_rows {
+            *cursor = None;
+        }
+        if batch.num_columns() != 1 {
+            return Err(format!(
+                "row group {gi}: column {name:?} decoded into several"
+            ));
+        }
+        columnar::checked(batch.column(0).clone(), rows as usize, true, || {
+            format!("row group {gi}: column {name:?} (rows {first} on)")
+        })
+    }
+
+    /// Checks the page headers of column `c` of row group `group` (see
+    /// [`pages::check_pages`]) before arrow-rs reads them.
+    fn check_pages(&self, group: usize, c: usize) -> Result<(), String> {
+        let (fi, gi, _) = self.groups[group];
+        let f = &self.files[fi];
         let max_decoded = chute_core::Limits::current().max_decoded_bytes;
         let descr = f.meta.parquet_schema();
         for (leaf, chunk) in f.meta.metadata().row_group(gi).columns().iter().enumerate() {
@@ -423,42 +554,41 @@ impl ParquetSource {
                 pages::check_pages(chunk, gi, &f.data, max_decoded)?;
             }
         }
-        let reader =
+        Ok(())
+    }
+
+    /// A reader of column `c` of row group `group` from its row `first`, yielding a piece a
+    /// batch.
+    fn cursor(&self, group: usize, c: usize, first: u64) -> Result<Cursor, String> {
+        let (fi, gi, _) = self.groups[group];
+        let f = &self.files[fi];
+        let name = &self.names[c];
+        let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(f.data.clone(), f.meta.clone())
                 .with_row_groups(vec![gi])
                 .with_projection(f.masks[c].clone())
-                .with_batch_size(rows.max(1))
-                .build()
-                .map_err(|e| format!("row group {gi}, column {name:?}: {e}"))?;
-        let mut batches = Vec::new();
-        for b in reader {
-            batches.push(b.map_err(|e| format!("row group {gi}, column {name:?}: {e}"))?);
+                .with_batch_size(self.piece_rows[group].max(1) as usize);
+        if first > 0 {
+            // Whole pages before it are passed by their headers, not decompressed.
+            builder = builder.with_offset(first as usize);
         }
-        // The batch size is the row group's row count, so the reader yields one batch.
-        let batch = match batches.len() {
-            1 => batches.pop().expect("one batch"),
-            n => {
-                return Err(format!(
-                    "row group {gi}, column {name:?} decoded into {n} batches where one was \
-                     expected"
-                ));
-            }
-        };
-        if batch.num_columns() != 1 {
-            return Err(format!(
-                "row group {gi}: column {name:?} decoded into several"
-            ));
-        }
-        columnar::checked(batch.column(0).clone(), rows, true, || {
-            format!("row group {gi}: column {name:?}")
+        let reader = builder
+            .build()
+            .map_err(|e| format!("row group {gi}, column {name:?}: {e}"))?;
+        Ok(Cursor {
+            next: first,
+            reader,
         })
     }
 
-    fn null_error(&self, g: usize, row: usize, col: usize) -> Error {
-        let (fi, gi, _) = self.groups[g];
+    /// An error for a null in column `col`, row `row` of piece `p`.
+    fn null_error(&self, p: usize, row: usize, col: usize) -> Error {
+        let Piece { group, first, .. } = self.pieces[p];
+        let (fi, gi, _) = self.groups[group];
+        let row = first as usize + row;
         Error::corrupt(
             self.files[fi].path.display().to_string(),
-            self.offsets[g],
+            self.offsets[group],
             format!(
                 "column {:?} is null in row {row} of row group {gi}; chute batches have no \
                  nulls: fill them (or filter those rows) when writing the file",
@@ -467,11 +597,36 @@ impl ParquetSource {
         )
     }
 
-    /// The row group and row of sample `id`.
+    /// Refuses reads under a global shuffle the decoded cache cannot serve: a batch of rows
+    /// drawn from the whole dataset touches nearly every piece, so with fewer pieces held
+    /// than the dataset has, each batch would decode most of them again (an epoch of hours).
+    fn order(&self) -> Result<(), Error> {
+        if !self.thrashing.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let decoded = self.decoded;
+        Err(ConfigError::new(
+            "shuffle",
+            format!(
+                "a global shuffle over these Parquet files draws each batch from all {} \
+                 pieces of their row groups ({decoded} bytes decoded), and the decoded cache \
+                 holds {} of them under a random order: each batch would decode most of the \
+                 dataset again. Use shuffle=\"block\" (pieces in random order, rows shuffled \
+                 within windows of chunks: memory stays bounded), or give the cache room for \
+                 the whole dataset (ParquetOptions::cache_bytes of at least {} bytes)",
+                self.pieces.len(),
+                self.capacity(),
+                decoded.saturating_mul(2)
+            ),
+        )
+        .into())
+    }
+
+    /// The piece and row in it of sample `id`.
     fn locate(&self, id: u64) -> Result<(usize, usize), Error> {
         let (shard, row) = self.manifest.locate_checked(id)?;
-        let (g, first) = self.chunks[shard];
-        Ok((g, (first + row) as usize))
+        let (p, first) = self.chunks[shard];
+        Ok((p, (first + row) as usize))
     }
 }
 
@@ -481,14 +636,20 @@ impl Source for ParquetSource {
     }
 
     fn read(&self, id: u64) -> Result<Sample, Error> {
-        let (g, row) = self.locate(id)?;
-        let rg = self.group(g)?;
-        let sample =
-            columnar::sample_at(id, &self.names, &self.kinds, &self.layout, &rg, row, |c| {
-                self.null_error(g, row, c)
-            });
-        drop(rg);
-        self.consume(g, 1);
+        self.order()?;
+        let (p, row) = self.locate(id)?;
+        let columns = self.piece(p)?;
+        let sample = columnar::sample_at(
+            id,
+            &self.names,
+            &self.kinds,
+            &self.layout,
+            &columns,
+            row,
+            |c| self.null_error(p, row, c),
+        );
+        drop(columns);
+        self.consume(p, 1);
         sample
     }
 
@@ -496,6 +657,11 @@ impl Source for ParquetSource {
     fn set_plan(&self, plan: &Plan) {
         let random = plan.config().shuffle != Shuffle::None;
         self.random.store(random, Ordering::Relaxed);
+        let global = plan.config().shuffle == Shuffle::Global;
+        self.thrashing.store(
+            global && self.pieces.len() > self.capacity(),
+            Ordering::Relaxed,
+        );
         for n in self.consumed.iter().chain(&self.chunk_consumed) {
             n.store(0, Ordering::Relaxed);
         }
@@ -513,12 +679,13 @@ impl Source for ParquetSource {
 impl ParquetSource {
     /// The columnar fast path: rows gathered from cached Arrow arrays into batch buffers.
     fn gather(&self, ids: &[u64], pool: &BufferPool) -> Result<Vec<(String, Column)>, Error> {
+        self.order()?;
         /// A shard the batch reads from.
         struct Span {
             /// Its ids.
             ids: std::ops::Range<u64>,
             shard: usize,
-            /// Its row group's place in `groups`, and its first row in the group.
+            /// Its piece's place in `pieces`, and its first row in the piece.
             place: usize,
             first: usize,
             /// Its row-major copy's place in `mirrors` (random orders).
@@ -528,11 +695,11 @@ impl ParquetSource {
         }
         let mirrored = self.mirrored && self.random.load(Ordering::Relaxed);
         // Locate every row once, by shard (a batch's rows mostly share one, and a block
-        // shuffle's batch mixes the few of its window), as (place in `groups`, row in the
-        // group) and, in random order, (place in `mirrors`, row in the shard).
+        // shuffle's batch mixes the few of its window), as (place in `pieces`, row in the
+        // piece) and, in random order, (place in `mirrors`, row in the shard).
         let mut rows = Vec::with_capacity(ids.len());
         let mut mrows = Vec::with_capacity(if mirrored { ids.len() } else { 0 });
-        let mut groups: Vec<(usize, Columns, Group)> = Vec::new();
+        let mut pieces: Vec<(usize, Columns, Group)> = Vec::new();
         let mut mirrors: Vec<Arc<RowMajor>> = Vec::new();
         let mut spans: Vec<Span> = Vec::new();
         // Each shard's place in `spans`, once there are too many to search one by one (a
@@ -559,18 +726,18 @@ impl ParquetSource {
                     Some(i) => i,
                     None => {
                         let (shard, row) = self.manifest.locate_checked(id)?;
-                        let (g, first) = self.chunks[shard];
-                        let place = match groups.iter().position(|(h, ..)| *h == g) {
+                        let (p, first) = self.chunks[shard];
+                        let place = match pieces.iter().position(|(h, ..)| *h == p) {
                             Some(place) => place,
                             None => {
-                                let (columns, entry) = self.cached(g)?;
-                                groups.push((g, columns, entry));
-                                groups.len() - 1
+                                let (columns, entry) = self.cached(p)?;
+                                pieces.push((p, columns, entry));
+                                pieces.len() - 1
                             }
                         };
                         if mirrored {
-                            let chunk = shard - self.group_chunks[g];
-                            mirrors.push(self.mirror(&groups[place], chunk));
+                            let chunk = shard - self.piece_chunks[p];
+                            mirrors.push(self.mirror(&pieces[place], chunk));
                         }
                         let lo = id - row;
                         span_of.insert(shard, spans.len());
@@ -594,7 +761,7 @@ impl ParquetSource {
             }
             s.read += 1;
         }
-        let parts: Vec<&[ArrayRef]> = groups.iter().map(|(_, rg, _)| rg.as_slice()).collect();
+        let parts: Vec<&[ArrayRef]> = pieces.iter().map(|(_, cols, _)| cols.as_slice()).collect();
         let copies: Vec<&RowMajor> = mirrors.iter().map(|m| m.as_ref()).collect();
         let out = columnar::gather(
             &self.names,
@@ -604,12 +771,12 @@ impl ParquetSource {
             Some((copies.as_slice(), mrows.as_slice())),
             &rows,
             pool,
-            |p, row, c| self.null_error(groups[p].0, row, c),
+            |at, row, c| self.null_error(pieces[at].0, row, c),
         );
         drop(copies);
         drop(mirrors);
         drop(parts);
-        let mut per = vec![0u64; groups.len()];
+        let mut per = vec![0u64; pieces.len()];
         for span in &spans {
             per[span.place] += span.read;
             if !mirrored {
@@ -619,17 +786,17 @@ impl ParquetSource {
             let rows = self.manifest.shards[span.shard].samples;
             let before = self.chunk_consumed[span.shard].fetch_add(span.read, Ordering::Relaxed);
             if before < rows && before + span.read >= rows {
-                let (g, _, entry) = &groups[span.place];
-                entry.rows[span.shard - self.group_chunks[*g]]
+                let (p, _, entry) = &pieces[span.place];
+                entry.rows[span.shard - self.piece_chunks[*p]]
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .take();
             }
         }
-        let ids: Vec<usize> = groups.iter().map(|(g, ..)| *g).collect();
-        drop(groups);
-        for (g, n) in ids.into_iter().zip(per) {
-            self.consume(g, n);
+        let ids: Vec<usize> = pieces.iter().map(|(p, ..)| *p).collect();
+        drop(pieces);
+        for (p, n) in ids.into_iter().zip(per) {
+            self.consume(p, n);
         }
         out
     }
@@ -893,35 +1060,86 @@ mod tests {
     }
 
     #[test]
-    fn a_row_groups_chunks_are_a_unit_of_the_manifest() {
+    fn row_groups_are_decoded_in_pieces_of_chunks_that_are_units_of_the_manifest() {
         let dir = tempfile::tempdir().unwrap();
         let all: Vec<Sample> = (0..60).map(sample).collect();
         let a = write(dir.path(), "a.parquet", &all, 12);
-        let opts = |chunk_rows| ParquetOptions {
+        let opts = |chunk_rows, piece_bytes| ParquetOptions {
             chunk_rows: Some(chunk_rows),
+            piece_bytes: Some(piece_bytes),
             ..Default::default()
         };
-        // 5 groups of 12 rows, 3 chunks each.
-        let src = ParquetSource::open(&[&a], opts(4)).unwrap();
-        assert_eq!(src.manifest().units, [0, 3, 6, 9, 12]);
-        // Windows of one chunk: the epoch reads group by group, 12 rows of one group, then
-        // the next (wider windows mix the last chunks of a group with the next's first).
-        let cfg = PlanConfig {
-            shuffle: Shuffle::Block { window: 1 },
-            ..Default::default()
-        };
-        let plan = Plan::new(src.manifest(), &cfg).unwrap();
-        let ids: Vec<u64> = plan.iter().collect();
-        for group in ids.chunks(12) {
-            assert!(group.iter().all(|&i| i / 12 == group[0] / 12), "{ids:?}");
-        }
-        // One chunk per group: no units.
+        // 5 groups of 12 rows, 3 chunks each; pieces from one chunk to a whole group.
+        let whole = ParquetSource::open(&[&a], opts(4, 1 << 20)).unwrap();
+        assert_eq!(whole.pieces.len(), 5);
+        assert_eq!(whole.manifest().units, [0, 3, 6, 9, 12]);
         assert!(
-            ParquetSource::open(&[&a], opts(12))
+            ParquetSource::open(&[&a], opts(4, 1))
                 .unwrap()
                 .manifest()
                 .units
-                .is_empty()
+                .is_empty(),
+            "pieces of one chunk: no units"
+        );
+        let pool = BufferPool::new(1 << 20);
+        let mut split = false;
+        for piece_bytes in [1, 100, 200, 300, 400, 600, 1 << 20] {
+            let src = ParquetSource::open(&[&a], opts(4, piece_bytes)).unwrap();
+            // Pieces tile each group in whole chunks, and each is a unit (when any is
+            // more than one chunk).
+            let mut next = 0;
+            for (p, piece) in src.pieces.iter().enumerate() {
+                if piece.first == 0 {
+                    assert_eq!(next, piece.group * 12, "{piece_bytes}");
+                }
+                assert_eq!(piece.group * 12 + piece.first as usize, next);
+                assert!(piece.first % 4 == 0 && piece.rows > 0);
+                next += piece.rows as usize;
+                let chunks = src.chunks.iter().filter(|(q, _)| *q == p).count() as u64;
+                assert_eq!(chunks, piece.rows.div_ceil(4));
+            }
+            assert_eq!(next, 60);
+            split |= src.pieces.len() > 5 && src.pieces.iter().any(|p| p.rows > 4);
+            if src.pieces.len() < src.chunks.len() {
+                let units: Vec<u64> = src.piece_chunks.iter().map(|&c| c as u64).collect();
+                assert_eq!(src.manifest().units, units);
+            }
+            // Windows of one chunk: the epoch reads piece by piece.
+            let cfg = PlanConfig {
+                shuffle: Shuffle::Block { window: 1 },
+                ..Default::default()
+            };
+            let plan = Plan::new(src.manifest(), &cfg).unwrap();
+            src.set_plan(&plan);
+            let ids: Vec<u64> = plan.iter().collect();
+            let mut at = 0;
+            while at < ids.len() {
+                let (p, _) = src.locate(ids[at]).unwrap();
+                let n = src.pieces[p].rows as usize;
+                assert!(
+                    ids[at..at + n]
+                        .iter()
+                        .all(|&i| src.locate(i).unwrap().0 == p),
+                    "{ids:?}"
+                );
+                at += n;
+            }
+            // Pieces decoded in random order, by gathers and reads, give the rows written.
+            for batch in ids.chunks(5) {
+                let cols = src.gather(batch, &pool).unwrap();
+                let Column::Tensor(label) = &cols[0].1 else {
+                    panic!()
+                };
+                let want: Vec<i64> = batch.iter().map(|&i| i as i64 * 7 - 3).collect();
+                assert_eq!(label.as_slice::<i64>().unwrap(), want);
+            }
+            for &id in ids.iter().rev() {
+                same_sample(&keyless(sample(id)), &src.read(id).unwrap()).unwrap();
+            }
+        }
+        assert!(
+            split,
+            "some piece size splits groups into pieces of several chunks"
         );
     }
 
@@ -951,10 +1169,42 @@ mod tests {
         src.set_plan(&Plan::new(src.manifest(), &Default::default()).unwrap());
         src.gather(&[0, 1, 2], &pool).unwrap();
         assert!(cached(0));
-        // A cache that holds the whole dataset keeps it for the next epochs.
-        let all_in = ParquetSource::open(&[&a], ParquetOptions::default()).unwrap();
+        // A cache given room for the whole dataset keeps it for the next epochs; without a
+        // size given, pieces are dropped once read (streaming).
+        let all_in = ParquetSource::open(
+            &[&a],
+            ParquetOptions {
+                cache_bytes: Some(1 << 30),
+                ..ParquetOptions::default()
+            },
+        )
+        .unwrap();
         all_in.gather(&[0, 1, 2, 3], &pool).unwrap();
         assert!(all_in.cache.lock().unwrap().0.contains_key(&0));
+        let streaming = ParquetSource::open(&[&a], ParquetOptions::default()).unwrap();
+        streaming.gather(&[0, 1, 2, 3], &pool).unwrap();
+        assert!(!streaming.cache.lock().unwrap().0.contains_key(&0));
+        // A global shuffle over more pieces than the cache holds is refused with what to do
+        // (each batch would decode most of the dataset again); block shuffle is not, and a
+        // cache that holds the dataset serves a global shuffle.
+        let plan = |shuffle| {
+            let cfg = PlanConfig {
+                shuffle,
+                ..Default::default()
+            };
+            Plan::new(src.manifest(), &cfg).unwrap()
+        };
+        src.set_plan(&plan(Shuffle::Global));
+        let err = src.gather(&[0, 1], &pool).unwrap_err().to_string();
+        assert!(
+            err.contains("global shuffle") && err.contains("shuffle=\"block\""),
+            "{err}"
+        );
+        assert!(src.read(0).is_err());
+        src.set_plan(&plan(Shuffle::block()));
+        src.gather(&[0, 1], &pool).unwrap();
+        streaming.set_plan(&plan(Shuffle::Global));
+        streaming.gather(&[0, 41, 79], &pool).unwrap();
     }
 
     /// Row `i` of the stack test: floats `a`, `b`, a 3-float list `v`, an id, a caption.
