@@ -585,9 +585,12 @@ pub(crate) fn gather(
         Ok(())
     };
     let mirrors = mirrors.filter(|(m, at)| run.is_none() && !m.is_empty() && at.len() == n);
-    let mut out = Vec::with_capacity(layout.outs.len());
+    let mut out: Vec<Option<(String, Column)>> = Vec::with_capacity(layout.outs.len());
+    // Fields gathered from the row-major copies, all in one pass over the rows below:
+    // (place in `out`, name, dtype, shape, buffer, bytes a row, offset in the copy's row).
+    let mut fused = Vec::new();
     for (o, field) in layout.outs.iter().enumerate() {
-        if let Some((m, mrows)) = mirrors
+        if let Some((m, _)) = mirrors
             && let Some(offset) = m[0].at[o]
         {
             let (name, dtype, shape, members) = match field {
@@ -612,14 +615,8 @@ pub(crate) fn gather(
                 nulls(c)?;
             }
             let w = shape.iter().skip(1).product::<usize>() * dtype.size();
-            let raws: Vec<&[u8]> = m.iter().map(|m| m.data.as_slice()).collect();
-            let src = Src {
-                stride: m[0].stride,
-                offset,
-            };
-            let mut buf = pool.take(n * w);
-            scatter(buf.as_mut_slice(), w, 0, w, &raws, src, mrows);
-            out.push((name.clone(), Column::Tensor(Tensor::new(dtype, shape, buf))));
+            fused.push((o, name.clone(), dtype, shape, pool.take(n * w), w, offset));
+            out.push(None);
             continue;
         }
         let (name, column) = match field {
@@ -673,9 +670,64 @@ pub(crate) fn gather(
                 (name.clone(), Column::Tensor(tensor))
             }
         };
-        out.push((name, column));
+        out.push(Some((name, column)));
     }
-    Ok(out)
+    if let Some((m, mrows)) = mirrors
+        && !fused.is_empty()
+    {
+        let raws: Vec<&[u8]> = m.iter().map(|m| m.data.as_slice()).collect();
+        let mut fields: Vec<(&mut [u8], usize, usize)> = fused
+            .iter_mut()
+            .map(|(.., buf, w, offset)| (buf.as_mut_slice(), *w, *offset))
+            .collect();
+        scatter_rows(&mut fields, &raws, m[0].stride, mrows);
+        for (o, name, dtype, shape, buf, ..) in fused {
+            out[o] = Some((name, Column::Tensor(Tensor::new(dtype, shape, buf))));
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|field| field.expect("every field gathered"))
+        .collect())
+}
+
+/// Copies each field `(dst, w, offset)` of the rows `rows` (`(copy, row)`) of row-major
+/// copies `raws` (rows of `stride` bytes) to `dst[i * w..]` for the batch's row `i`: one pass
+/// over the rows, every field of a row copied while its cache lines are in, common widths
+/// with one move each.
+fn scatter_rows(
+    fields: &mut [(&mut [u8], usize, usize)],
+    raws: &[&[u8]],
+    stride: usize,
+    rows: &[(usize, usize)],
+) {
+    for (dst, w, offset) in fields.iter() {
+        assert!(dst.len() >= rows.len() * w && offset + w <= stride);
+    }
+    for &(p, row) in rows {
+        assert!((row + 1) * stride <= raws[p].len());
+    }
+    /// Rows asked for ahead of the one being copied (see `scatter_fixed`).
+    const AHEAD: usize = 16;
+    for (i, &(p, row)) in rows.iter().enumerate() {
+        if let Some(&(q, next)) = rows.get(i + AHEAD) {
+            prefetch(raws[q], next * stride);
+            prefetch(raws[q], next * stride + stride - 1);
+        }
+        let from = &raws[p][row * stride..(row + 1) * stride];
+        for (dst, w, offset) in fields.iter_mut() {
+            let (w, offset) = (*w, *offset);
+            let to = &mut dst[i * w..(i + 1) * w];
+            match w {
+                4 => to.copy_from_slice(&from[offset..offset + 4]),
+                8 => to.copy_from_slice(&from[offset..offset + 8]),
+                16 => to.copy_from_slice(&from[offset..offset + 16]),
+                32 => to.copy_from_slice(&from[offset..offset + 32]),
+                64 => to.copy_from_slice(&from[offset..offset + 64]),
+                _ => to.copy_from_slice(&from[offset..offset + w]),
+            }
+        }
+    }
 }
 
 /// Column `c` (of `kind`) of the batch `rows` of `parts`; `run` is `(part, first row)` when

@@ -612,8 +612,8 @@ impl ParquetSource {
                  pieces of their row groups ({decoded} bytes decoded), and the decoded cache \
                  holds {} of them under a random order: each batch would decode most of the \
                  dataset again. Use shuffle=\"block\" (pieces in random order, rows shuffled \
-                 within windows of chunks: memory stays bounded), or give the cache room for \
-                 the whole dataset (ParquetOptions::cache_bytes of at least {} bytes)",
+                 within windows of chunks: memory stays bounded), or give the decoded cache \
+                 room for the whole dataset (cache_bytes of at least {} bytes)",
                 self.pieces.len(),
                 self.capacity(),
                 decoded.saturating_mul(2)
