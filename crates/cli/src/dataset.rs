@@ -40,6 +40,11 @@ pub(crate) struct DatasetArgs {
     /// Parquet: rows per shard (row groups are split into chunks of this many rows).
     #[arg(long)]
     pub(crate) chunk_rows: Option<usize>,
+    /// Parquet: keep the decoded data for later epochs when it fits in this many bytes, e.g.
+    /// 4G (default: none kept; each piece of a row group is dropped once read). A global
+    /// shuffle needs room for the whole dataset.
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) decoded_cache: Option<u64>,
     /// Parquet and Arrow: stack numeric columns into one `[B, k]` column, NAME=COL,COL,...
     /// (brace patterns allowed: `x=f{0..15}`); repeat for several stacks.
     #[arg(long, value_parser = parse_stack)]
@@ -187,8 +192,9 @@ impl DatasetArgs {
             columns: self.columns.clone(),
             chunk_rows: self.chunk_rows,
             stack: self.stack.clone(),
-            // Parquet streams (each piece of a row group read once an epoch).
-            cache_bytes: None,
+            cache_bytes: self
+                .decoded_cache
+                .map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
             index: self.index,
             raw: self.raw,
             verify_checksums: !self.no_verify,

@@ -613,7 +613,8 @@ impl ParquetSource {
                  holds {} of them under a random order: each batch would decode most of the \
                  dataset again. Use shuffle=\"block\" (pieces in random order, rows shuffled \
                  within windows of chunks: memory stays bounded), or give the decoded cache \
-                 room for the whole dataset (cache_bytes of at least {} bytes)",
+                 room for the whole dataset (cache_bytes, or the CLI's --decoded-cache, of at \
+                 least {} bytes)",
                 self.pieces.len(),
                 self.capacity(),
                 decoded.saturating_mul(2)
