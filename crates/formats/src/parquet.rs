@@ -76,6 +76,9 @@ const DEFAULT_CHUNK_ROWS: usize = 1 << 14;
 /// Default bound on the decoded pieces held at once.
 const DEFAULT_CACHE_BYTES: usize = 1 << 30;
 
+/// Row groups whose column cursors are kept at once (see `ParquetSource::cursor_groups`).
+const CURSOR_GROUPS: usize = 8;
+
 /// Default decoded bytes of a piece of a row group (see [`ParquetOptions::piece_bytes`]).
 const PIECE_BYTES: usize = 16 << 20;
 
@@ -151,6 +154,10 @@ pub struct ParquetSource {
     piece_rows: Vec<u64>,
     /// Each row group's column cursors, by projected column.
     cursors: Vec<Box<[Mutex<Reading>]>>,
+    /// Row groups with cursors, least recently given one first: a cursor holds a page of its
+    /// column decompressed, so at most [`CURSOR_GROUPS`] groups keep theirs (pieces read in
+    /// random order would otherwise leave one in every group of the dataset).
+    cursor_groups: Mutex<VecDeque<usize>>,
     /// (piece, first row in the piece) of each shard.
     chunks: Vec<(usize, u64)>,
     /// Rows per shard (a row group's last shard may hold fewer).
@@ -355,6 +362,7 @@ impl ParquetSource {
             cursors: (0..groups.len())
                 .map(|_| (0..width).map(|_| Mutex::default()).collect())
                 .collect(),
+            cursor_groups: Mutex::new(VecDeque::new()),
             pieces,
             piece_rows,
             piece_chunks,
@@ -575,6 +583,21 @@ impl ParquetSource {
         let reader = builder
             .build()
             .map_err(|e| format!("row group {gi}, column {name:?}: {e}"))?;
+        let mut groups = self.cursor_groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = groups.iter().position(|&h| h == group) {
+            groups.remove(at);
+        }
+        groups.push_back(group);
+        while groups.len() > CURSOR_GROUPS {
+            let Some(old) = groups.pop_front() else { break };
+            for place in self.cursors[old].iter() {
+                // A cursor being read is left to its reader (never waited on: the caller
+                // holds a cursor of `group`); it ends with its group, or at a later turn.
+                if let Ok(mut reading) = place.try_lock() {
+                    reading.cursor = None;
+                }
+            }
+        }
         Ok(Cursor {
             next: first,
             reader,
@@ -1127,12 +1150,7 @@ mod tests {
             }
             // Pieces decoded in random order, by gathers and reads, give the rows written.
             for batch in ids.chunks(5) {
-                let cols = src.gather(batch, &pool).unwrap();
-                let Column::Tensor(label) = &cols[0].1 else {
-                    panic!()
-                };
-                let want: Vec<i64> = batch.iter().map(|&i| i as i64 * 7 - 3).collect();
-                assert_eq!(label.as_slice::<i64>().unwrap(), want);
+                gathers_labels(&src, batch, &pool);
             }
             for &id in ids.iter().rev() {
                 same_sample(&keyless(sample(id)), &src.read(id).unwrap()).unwrap();
@@ -1142,6 +1160,51 @@ mod tests {
             split,
             "some piece size splits groups into pieces of several chunks"
         );
+    }
+
+    /// Gathers `ids` and checks their labels (the first column of `sample`'s rows).
+    fn gathers_labels(src: &ParquetSource, ids: &[u64], pool: &BufferPool) {
+        let cols = src.gather(ids, pool).unwrap();
+        let Column::Tensor(label) = &cols[0].1 else {
+            panic!("labels are a tensor")
+        };
+        let want: Vec<i64> = ids.iter().map(|&i| i as i64 * 7 - 3).collect();
+        assert_eq!(label.as_slice::<i64>().unwrap(), want);
+    }
+
+    #[test]
+    fn cursors_are_kept_in_a_few_row_groups_only() {
+        let dir = tempfile::tempdir().unwrap();
+        // 16 groups of 12 rows in pieces of one chunk (4 rows), read piece by piece in
+        // random order: a cursor is left in the middle of most groups.
+        let all: Vec<Sample> = (0..192).map(sample).collect();
+        let a = write(dir.path(), "a.parquet", &all, 12);
+        let options = ParquetOptions {
+            chunk_rows: Some(4),
+            piece_bytes: Some(1),
+            ..Default::default()
+        };
+        let src = ParquetSource::open(&[&a], options).unwrap();
+        assert_eq!((src.groups.len(), src.pieces.len()), (16, 48));
+        let cfg = PlanConfig {
+            shuffle: Shuffle::Block { window: 1 },
+            ..Default::default()
+        };
+        let plan = Plan::new(src.manifest(), &cfg).unwrap();
+        src.set_plan(&plan);
+        let pool = BufferPool::new(1 << 20);
+        let ids: Vec<u64> = plan.iter().collect();
+        let mut most = 0;
+        for batch in ids.chunks(4) {
+            gathers_labels(&src, batch, &pool);
+            let live = src
+                .cursors
+                .iter()
+                .filter(|g| g.iter().any(|c| c.lock().unwrap().cursor.is_some()))
+                .count();
+            most = most.max(live);
+        }
+        assert!(most > 1 && most <= CURSOR_GROUPS, "{most}");
     }
 
     #[test]
