@@ -654,7 +654,7 @@ pub(crate) fn gather(
                                 .iter()
                                 .map(|part| fixed_values(part[c].as_ref(), kinds[c]))
                                 .collect();
-                            scatter(dst, stride, offset, w, &raws, Src::column(w), rows);
+                            scatter(dst, stride, offset, w, &raws, rows);
                         }
                     }
                     offset += w;
@@ -707,8 +707,6 @@ fn scatter_rows(
     for &(p, row) in rows {
         assert!((row + 1) * stride <= raws[p].len());
     }
-    /// Rows asked for ahead of the one being copied (see `scatter_fixed`).
-    const AHEAD: usize = 16;
     for (i, &(p, row)) in rows.iter().enumerate() {
         if let Some(&(q, next)) = rows.get(i + AHEAD) {
             prefetch(raws[q], next * stride);
@@ -763,7 +761,7 @@ fn column(
             let dst = buf.as_mut_slice();
             match run {
                 Some((p, first)) => dst.copy_from_slice(&raws[p][first * w..(first + n) * w]),
-                None => scatter(dst, w, 0, w, &raws, Src::column(w), rows),
+                None => scatter(dst, w, 0, w, &raws, rows),
             }
             Column::Tensor(Tensor::new(d, shape, buf))
         }
@@ -786,49 +784,33 @@ fn column(
     }
 }
 
-/// Where a fixed-width value sits in its part's raw bytes: row `r`'s `w` bytes start at
-/// `r * stride + offset` (a column: `stride = w`, `offset = 0`; a row-major copy: its row
-/// width and the column's place in a row).
-#[derive(Debug, Clone, Copy)]
-struct Src {
-    stride: usize,
-    offset: usize,
-}
+/// Rows in random order are a cache miss each: the gathers ask for the row this many places
+/// on while they copy one, so the misses overlap instead of coming one after another.
+const AHEAD: usize = 16;
 
-impl Src {
-    const fn column(w: usize) -> Src {
-        Src {
-            stride: w,
-            offset: 0,
-        }
-    }
-}
-
-/// Copies the `w`-byte value of each `(part, row)` of `rows`, at `src` in `raws[part]`, to
-/// `dst[i * stride + offset..]` for the batch's row `i`. Common widths copy with one move
-/// each instead of a `memcpy` call.
+/// Copies the `w`-byte value of each `(part, row)` of `rows`, row `row` of the column
+/// `raws[part]` (`w` bytes a row), to `dst[i * stride + offset..]` for the batch's row `i`.
+/// Common widths copy with one move each instead of a `memcpy` call.
 fn scatter(
     dst: &mut [u8],
     stride: usize,
     offset: usize,
     w: usize,
     raws: &[&[u8]],
-    src: Src,
     rows: &[(usize, usize)],
 ) {
     match w {
-        1 => scatter_fixed::<1>(dst, stride, offset, raws, src, rows),
-        2 => scatter_fixed::<2>(dst, stride, offset, raws, src, rows),
-        4 => scatter_fixed::<4>(dst, stride, offset, raws, src, rows),
-        8 => scatter_fixed::<8>(dst, stride, offset, raws, src, rows),
-        16 => scatter_fixed::<16>(dst, stride, offset, raws, src, rows),
-        32 => scatter_fixed::<32>(dst, stride, offset, raws, src, rows),
-        64 => scatter_fixed::<64>(dst, stride, offset, raws, src, rows),
+        1 => scatter_fixed::<1>(dst, stride, offset, raws, rows),
+        2 => scatter_fixed::<2>(dst, stride, offset, raws, rows),
+        4 => scatter_fixed::<4>(dst, stride, offset, raws, rows),
+        8 => scatter_fixed::<8>(dst, stride, offset, raws, rows),
+        16 => scatter_fixed::<16>(dst, stride, offset, raws, rows),
+        32 => scatter_fixed::<32>(dst, stride, offset, raws, rows),
+        64 => scatter_fixed::<64>(dst, stride, offset, raws, rows),
         _ => {
             for (i, &(p, row)) in rows.iter().enumerate() {
                 let at = i * stride + offset;
-                let from = row * src.stride + src.offset;
-                dst[at..at + w].copy_from_slice(&raws[p][from..from + w]);
+                dst[at..at + w].copy_from_slice(&raws[p][row * w..(row + 1) * w]);
             }
         }
     }
@@ -839,22 +821,18 @@ fn scatter_fixed<const W: usize>(
     stride: usize,
     offset: usize,
     raws: &[&[u8]],
-    src: Src,
     rows: &[(usize, usize)],
 ) {
     let value = |raw: &[u8], row: usize| -> [u8; W] {
-        let from = row * src.stride + src.offset;
-        raw[from..from + W].try_into().expect("a slice of W bytes")
+        raw[row * W..(row + 1) * W]
+            .try_into()
+            .expect("a slice of W bytes")
     };
     let slots = dst[offset..].chunks_mut(stride).map(|s| &mut s[..W]);
-    // Rows in random order are a cache miss each: the row `AHEAD` places on is asked for
-    // while this one is copied, so the misses overlap instead of coming one after another.
-    const AHEAD: usize = 16;
     let ahead = |i: usize| {
         if let Some(&(p, row)) = rows.get(i + AHEAD) {
-            let at = row * src.stride + src.offset;
-            prefetch(raws[p], at);
-            prefetch(raws[p], at + W - 1);
+            prefetch(raws[p], row * W);
+            prefetch(raws[p], row * W + W - 1);
         }
     };
     if let [raw] = raws {
