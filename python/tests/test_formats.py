@@ -131,6 +131,49 @@ def test_parquet_streams_pieces_and_refuses_a_global_shuffle_its_cache_cannot_ho
         assert sorted(got) == sorted(list(range(n)) * 2) and got[:n] != got[n:]
 
 
+@pytest.mark.parametrize("compression", ["none", "snappy", "zstd", "lz4", "gzip"])
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_parquet_numeric_columns_read_as_pyarrow_writes_them(tmp_path, compression, version):
+    # chute decodes flat numeric columns itself (PLAIN and dictionary pages, v1 and v2, in the
+    # codecs pyarrow writes): every value as pyarrow reads it, in file order and from pieces
+    # in random order, and a null still named.
+    pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (scripts/test.sh installs it)")
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 20_000
+    rng = np.random.default_rng(3)
+    cols = {
+        "i32": rng.integers(-50, 50, n, dtype=np.int32),
+        "u32": rng.integers(0, 2**32, n, dtype=np.uint32),
+        "f32": rng.standard_normal(n, dtype=np.float32),
+        "i64": rng.integers(-2**62, 2**62, n, dtype=np.int64),
+        "u64": np.arange(n, dtype=np.uint64) * 3,
+        "f64": np.round(rng.standard_normal(n), 1),
+    }
+    path = str(tmp_path / "t.parquet")
+    # Small pages and dictionaries: many pages a chunk, and dictionaries that fall back to
+    # PLAIN part of the way through a chunk.
+    pq.write_table(pa.table(cols), path, row_group_size=7_000, compression=compression,
+                   data_page_version=version, data_page_size=4096,
+                   dictionary_pagesize_limit=2048)
+    want = pq.read_table(path)
+    for shuffle in [False, "block"]:
+        src = chute.parquet(path, chunk_rows=512)
+        loader = chute.Loader(src, batch_size=1000, shuffle=shuffle, seed=1, num_workers=2)
+        got = {k: [] for k in cols}
+        for b in loader:
+            for k in cols:
+                got[k].append(np.asarray(b[k]))
+        order = np.argsort(np.concatenate(got["u64"]), kind="stable")
+        for k in cols:
+            v = np.concatenate(got[k])[order]
+            assert v.dtype == cols[k].dtype, k
+            assert np.array_equal(v, want.column(k).to_numpy()), (k, shuffle)
+    holes = pa.table({"x": pa.array([1.5, None, 2.5] * 1000, pa.float32())})
+    pq.write_table(holes, path, compression=compression, data_page_version=version)
+    with pytest.raises(chute.CorruptDataError, match=r"\"x\" is null in row 1"):
+        list(chute.Loader(chute.parquet(path), batch_size=100))
+
+
 @pytest.mark.parametrize("shuffle", [False, "block", True])
 def test_parquet_and_arrow_stack_columns_on_the_workers(tmp_path, shuffle):
     pa = pytest.importorskip("pyarrow", reason="pyarrow not installed (scripts/test.sh installs it)")

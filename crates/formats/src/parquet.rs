@@ -39,6 +39,7 @@ use parquet::arrow::arrow_writer::ArrowWriter;
 use crate::Stack;
 use crate::columnar::{self, Kind, Layout, RowMajor};
 
+mod flat;
 mod pages;
 mod thrift;
 
@@ -90,6 +91,9 @@ struct FileMeta {
     masks: Vec<ProjectionMask>,
     /// Each requested column's top-level field, by index in the file's schema.
     roots: Vec<usize>,
+    /// Each requested column's leaf and Arrow type, for a flat numeric column that chute's
+    /// own decoder may read (see [`flat`]; each column chunk's codec and encodings decide).
+    flat: Vec<Option<(usize, arrow_schema::DataType)>>,
 }
 
 /// One decoded column of a row group, shared by the workers that read from it. Whoever
@@ -115,7 +119,39 @@ struct Piece {
 /// twice); another piece makes a new reader, which skips whole pages by their headers.
 struct Cursor {
     next: u64,
-    reader: parquet::arrow::arrow_reader::ParquetRecordBatchReader,
+    reader: Reader,
+}
+
+/// A column chunk's reader: arrow-rs's, or chute's own for a flat numeric column.
+enum Reader {
+    Arrow(parquet::arrow::arrow_reader::ParquetRecordBatchReader),
+    U32(flat::Flat<u32>),
+    U64(flat::Flat<u64>),
+}
+
+impl Reader {
+    /// The next `rows` values as an array of type `dt`, if this is chute's own reader
+    /// (`Err` where it gave the piece back: see [`flat::Unread`]).
+    fn flat(
+        &mut self,
+        rows: usize,
+        dt: &arrow_schema::DataType,
+    ) -> Option<Result<ArrayRef, flat::Unread>> {
+        fn take<T: flat::Word>(
+            f: &mut flat::Flat<T>,
+            rows: usize,
+            dt: &arrow_schema::DataType,
+        ) -> Result<ArrayRef, flat::Unread> {
+            let mut values = Vec::with_capacity(rows);
+            f.read(rows, &mut values)?;
+            flat::array(dt, arrow_buffer::Buffer::from_vec(values), rows).ok_or(flat::Unread)
+        }
+        match self {
+            Reader::Arrow(_) => None,
+            Reader::U32(f) => Some(take(f, rows, dt)),
+            Reader::U64(f) => Some(take(f, rows, dt)),
+        }
+    }
 }
 
 /// A row group's column: its cursor, if a piece has been decoded and the column goes on,
@@ -158,6 +194,8 @@ pub struct ParquetSource {
     /// column decompressed, so at most [`CURSOR_GROUPS`] groups keep theirs (pieces read in
     /// random order would otherwise leave one in every group of the dataset).
     cursor_groups: Mutex<VecDeque<usize>>,
+    /// Page buffers of chute's own column readers, recycled (see [`flat::Scratch`]).
+    scratch: Arc<flat::Scratch>,
     /// (piece, first row in the piece) of each shard.
     chunks: Vec<(usize, u64)>,
     /// Rows per shard (a row group's last shard may hold fewer).
@@ -261,6 +299,19 @@ impl ParquetSource {
                 .iter()
                 .map(|&i| ProjectionMask::roots(meta.parquet_schema(), [i]))
                 .collect();
+            let flat = indices
+                .iter()
+                .map(|&i| {
+                    let descr = meta.parquet_schema();
+                    let mut leaves =
+                        (0..descr.num_columns()).filter(|&l| descr.get_column_root_idx(l) == i);
+                    let dt = schema.field(i).data_type();
+                    match (leaves.next(), leaves.next(), flat::width(dt)) {
+                        (Some(leaf), None, Some(_)) => Some((leaf, dt.clone())),
+                        _ => None,
+                    }
+                })
+                .collect();
             let file_len = data.len() as u64;
             let max_decoded = chute_core::Limits::current().max_decoded_bytes;
             let descr = meta.parquet_schema();
@@ -336,6 +387,7 @@ impl ParquetSource {
                 meta,
                 masks,
                 roots: indices,
+                flat,
             });
         }
         let (origin, columnar::Projected { names, kinds, .. }) = first.expect("at least one file");
@@ -363,6 +415,7 @@ impl ParquetSource {
                 .map(|_| (0..width).map(|_| Mutex::default()).collect())
                 .collect(),
             cursor_groups: Mutex::new(VecDeque::new()),
+            scratch: Arc::default(),
             pieces,
             piece_rows,
             piece_chunks,
@@ -522,30 +575,55 @@ impl ParquetSource {
         }
         let cursor = &mut reading.cursor;
         if cursor.as_ref().is_none_or(|k| k.next != first) {
-            *cursor = None;
-            *cursor = Some(self.cursor(group, c, first)?);
+            let old = cursor.take();
+            *cursor = Some(self.cursor(group, c, first, old)?);
         }
-        let k = cursor.as_mut().expect("set above");
-        let batch = match k.reader.next() {
-            Some(Ok(batch)) => batch,
-            end => {
-                *cursor = None;
-                return Err(match end {
-                    Some(Err(e)) => format!("row group {gi}, column {name:?}: {e}"),
-                    _ => format!("row group {gi}, column {name:?} ended before row {first}"),
-                });
+        let dt = self.files[self.groups[group].0].flat[c]
+            .as_ref()
+            .map(|(_, dt)| dt);
+        let own = match (cursor.as_mut(), dt) {
+            (Some(k), Some(dt)) => k.reader.flat(rows as usize, dt),
+            _ => None,
+        };
+        let column = match own {
+            Some(Ok(column)) => column,
+            own => {
+                if own.is_some() {
+                    // chute's reader gave the piece back: arrow-rs reads it (and reports
+                    // whatever is wrong with it).
+                    *cursor = None;
+                    *cursor = Some(self.arrow_cursor(group, c, first)?);
+                }
+                let k = cursor.as_mut().expect("set above");
+                let Reader::Arrow(reader) = &mut k.reader else {
+                    return Err(format!("row group {gi}, column {name:?}: no reader"));
+                };
+                let batch = match reader.next() {
+                    Some(Ok(batch)) => batch,
+                    end => {
+                        *cursor = None;
+                        return Err(match end {
+                            Some(Err(e)) => format!("row group {gi}, column {name:?}: {e}"),
+                            _ => {
+                                format!("row group {gi}, column {name:?} ended before row {first}")
+                            }
+                        });
+                    }
+                };
+                if batch.num_columns() != 1 {
+                    return Err(format!(
+                        "row group {gi}: column {name:?} decoded into several"
+                    ));
+                }
+                batch.column(0).clone()
             }
         };
+        let k = cursor.as_mut().expect("set above");
         k.next += rows;
         if k.next >= group_rows {
             *cursor = None;
         }
-        if batch.num_columns() != 1 {
-            return Err(format!(
-                "row group {gi}: column {name:?} decoded into several"
-            ));
-        }
-        columnar::checked(batch.column(0).clone(), rows as usize, true, || {
+        columnar::checked(column, rows as usize, true, || {
             format!("row group {gi}: column {name:?} (rows {first} on)")
         })
     }
@@ -566,8 +644,51 @@ impl ParquetSource {
     }
 
     /// A reader of column `c` of row group `group` from its row `first`, yielding a piece a
-    /// batch.
-    fn cursor(&self, group: usize, c: usize, first: u64) -> Result<Cursor, String> {
+    /// batch: chute's own for a flat numeric column chunk it reads (taking the dictionary
+    /// of `old`, the column's last reader, if it has one), else arrow-rs's.
+    fn cursor(
+        &self,
+        group: usize,
+        c: usize,
+        first: u64,
+        old: Option<Cursor>,
+    ) -> Result<Cursor, String> {
+        let (fi, gi, _) = self.groups[group];
+        let f = &self.files[fi];
+        if let Some((leaf, dt)) = &f.flat[c] {
+            let chunk = f.meta.metadata().row_group(gi).column(*leaf);
+            let width = flat::width(dt).unwrap_or(0);
+            if flat::reads(chunk, width) {
+                let scratch = self.scratch.clone();
+                let old = old.map(|k| k.reader);
+                let reader = match (width, old) {
+                    (4, Some(Reader::U32(o))) => {
+                        flat::Flat::new(&f.data, chunk, first, o.dictionary(), scratch)
+                            .map(Reader::U32)
+                    }
+                    (4, _) => {
+                        flat::Flat::new(&f.data, chunk, first, None, scratch).map(Reader::U32)
+                    }
+                    (_, Some(Reader::U64(o))) => {
+                        flat::Flat::new(&f.data, chunk, first, o.dictionary(), scratch)
+                            .map(Reader::U64)
+                    }
+                    _ => flat::Flat::new(&f.data, chunk, first, None, scratch).map(Reader::U64),
+                };
+                if let Ok(reader) = reader {
+                    self.hold(group);
+                    return Ok(Cursor {
+                        next: first,
+                        reader,
+                    });
+                }
+            }
+        }
+        self.arrow_cursor(group, c, first)
+    }
+
+    /// arrow-rs's reader of column `c` of row group `group` from its row `first`.
+    fn arrow_cursor(&self, group: usize, c: usize, first: u64) -> Result<Cursor, String> {
         let (fi, gi, _) = self.groups[group];
         let f = &self.files[fi];
         let name = &self.names[c];
@@ -583,6 +704,16 @@ impl ParquetSource {
         let reader = builder
             .build()
             .map_err(|e| format!("row group {gi}, column {name:?}: {e}"))?;
+        self.hold(group);
+        Ok(Cursor {
+            next: first,
+            reader: Reader::Arrow(reader),
+        })
+    }
+
+    /// Notes that row group `group` has a cursor now, and drops the cursors of the group
+    /// that has had one longest if more than [`CURSOR_GROUPS`] do.
+    fn hold(&self, group: usize) {
         let mut groups = self.cursor_groups.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(at) = groups.iter().position(|&h| h == group) {
             groups.remove(at);
@@ -598,10 +729,6 @@ impl ParquetSource {
                 }
             }
         }
-        Ok(Cursor {
-            next: first,
-            reader,
-        })
     }
 
     /// An error for a null in column `col`, row `row` of piece `p`.

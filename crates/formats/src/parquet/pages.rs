@@ -233,23 +233,67 @@ pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
     }
 }
 
-/// A page header's length, its uncompressed and compressed sizes (fields 2 and 3 of
-/// Parquet's Thrift `PageHeader`, compact protocol) and, for a dictionary page, its count
-/// of values (field 1 of its `DictionaryPageHeader`, field 7), or `None` if the bytes are
-/// not one or a size or count is negative. The header is also walked as arrow-rs reads it.
-fn page_header(bytes: &[u8]) -> Option<(usize, u32, u32, Option<u32>)> {
+/// A page header, as far as chute reads pages itself ([`super::flat`]): the fields of
+/// Parquet's Thrift `PageHeader` (compact protocol) a flat numeric column needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Header {
+    /// The header's own length in bytes.
+    pub(super) len: usize,
+    /// The page type: 0 a data page, 1 an index page, 2 a dictionary page, 3 a data page v2.
+    pub(super) kind: i32,
+    pub(super) uncompressed: u32,
+    pub(super) compressed: u32,
+    /// Values in the page (a dictionary page's entries).
+    pub(super) values: u32,
+    /// The values' encoding.
+    pub(super) encoding: i32,
+    /// A data page's definition level encoding (v1).
+    pub(super) def_encoding: i32,
+    /// A v2 page's nulls, and the bytes of its levels (which are never compressed).
+    pub(super) nulls: u32,
+    pub(super) def_bytes: u32,
+    pub(super) rep_bytes: u32,
+    /// A v2 page's values are compressed (the default).
+    pub(super) v2_compressed: bool,
+    /// A dictionary page's count of values (field 1 of its `DictionaryPageHeader`).
+    pub(super) dictionary: Option<u32>,
+}
+
+/// The header at the start of `bytes`, or `None` if the bytes are not one or a size or
+/// count is negative. The header is also walked as arrow-rs reads it.
+pub(super) fn header(bytes: &[u8]) -> Option<Header> {
     let mut r = Compact::new(bytes);
-    let (mut uncompressed, mut compressed, mut dictionary) = (None, None, None);
+    let size = |v: i64| u32::try_from(v).ok();
+    let enumerant = |v: i64| i32::try_from(v).ok();
+    let mut h = Header {
+        v2_compressed: true,
+        ..Header::default()
+    };
+    let (mut uncompressed, mut compressed) = (None, None);
     let mut last = 0;
     while let Some((id, ty)) = r.field(&mut last)? {
         match (id, ty) {
-            (2, I32) => uncompressed = Some(r.zigzag()?),
-            (3, I32) => compressed = Some(r.zigzag()?),
-            (7, STRUCT) => {
-                let mut last = 0;
-                while let Some((id, ty)) = r.field(&mut last)? {
-                    match (id, ty) {
-                        (1, I32) => dictionary = Some(r.zigzag()?),
+            (1, I32) => h.kind = enumerant(r.zigzag()?)?,
+            (2, I32) => uncompressed = Some(size(r.zigzag()?)?),
+            (3, I32) => compressed = Some(size(r.zigzag()?)?),
+            (5 | 7 | 8, STRUCT) => {
+                let mut inner = 0;
+                while let Some((field, ty)) = r.field(&mut inner)? {
+                    match (id, field, ty) {
+                        (_, 1, I32) => {
+                            h.values = size(r.zigzag()?)?;
+                            if id == 7 {
+                                h.dictionary = Some(h.values);
+                            }
+                        }
+                        (5 | 7, 2, I32) | (8, 4, I32) => h.encoding = enumerant(r.zigzag()?)?,
+                        (5, 3, I32) => h.def_encoding = enumerant(r.zigzag()?)?,
+                        (8, 2, I32) => h.nulls = size(r.zigzag()?)?,
+                        (8, 5, I32) => h.def_bytes = size(r.zigzag()?)?,
+                        (8, 6, I32) => h.rep_bytes = size(r.zigzag()?)?,
+                        (8, 7, thrift::TRUE | thrift::FALSE) => {
+                            h.v2_compressed = ty == thrift::TRUE;
+                        }
                         _ => r.skip(ty, 1)?,
                     }
                 }
@@ -257,14 +301,18 @@ fn page_header(bytes: &[u8]) -> Option<(usize, u32, u32, Option<u32>)> {
             _ => r.skip(ty, 0)?,
         }
     }
-    let size = |v: i64| u32::try_from(v).ok();
-    let at = r.at;
-    thrift::reads_as_arrow_rs(&bytes[..at], PAGE_HEADER)?;
-    let dictionary = match dictionary {
-        Some(n) => Some(size(n)?),
-        None => None,
-    };
-    Some((at, size(uncompressed?)?, size(compressed?)?, dictionary))
+    h.len = r.at;
+    thrift::reads_as_arrow_rs(&bytes[..h.len], PAGE_HEADER)?;
+    h.uncompressed = uncompressed?;
+    h.compressed = compressed?;
+    Some(h)
+}
+
+/// A page header's length, its uncompressed and compressed sizes and, for a dictionary
+/// page, its count of values (see [`header`]).
+fn page_header(bytes: &[u8]) -> Option<(usize, u32, u32, Option<u32>)> {
+    let h = header(bytes)?;
+    Some((h.len, h.uncompressed, h.compressed, h.dictionary))
 }
 
 #[cfg(test)]

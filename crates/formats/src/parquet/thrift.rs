@@ -24,8 +24,8 @@
 //! are read by arrow-rs exactly as walked here.
 
 // Thrift compact protocol types.
-const TRUE: u8 = 1;
-const FALSE: u8 = 2;
+pub(super) const TRUE: u8 = 1;
+pub(super) const FALSE: u8 = 2;
 const I8: u8 = 3;
 const I16: u8 = 4;
 pub(super) const I32: u8 = 5;
