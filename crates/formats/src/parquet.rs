@@ -6,7 +6,10 @@
 //! whole chunks where it can. A row group is decoded a piece at a time: a run of whole
 //! chunks of about [`ParquetOptions::piece_bytes`] decoded (16 MiB), each column by a reader
 //! that goes on where the last piece left it (or, for a piece read out of order, skips the
-//! pages before it by their headers). A piece's chunks are a unit of the manifest
+//! pages before it by their headers); a flat numeric column chunk is read by chute's own
+//! reader (`parquet/flat.rs`: no zero fill, recycled page buffers), anything else by
+//! arrow-rs's.
+//! A piece's chunks are a unit of the manifest
 //! ([`chute_core::Manifest::units`]): block shuffle reads pieces in random order and a
 //! piece's chunks together, so a piece is decoded once an epoch and only the pieces being
 //! read are in memory. Decoded pieces (only the projected columns, as Arrow arrays) are kept

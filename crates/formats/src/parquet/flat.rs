@@ -520,9 +520,10 @@ impl<T: Word> Flat<T> {
         Some(())
     }
 
-    /// The header of the next page (`None` past the chunk's end or if it is not one).
+    /// The header of the next page (`None` past the chunk's end or if it is not one); the
+    /// chunk's headers have been checked by `pages::check_pages` when it was first read.
     fn next_header(&self) -> Option<Header> {
-        pages::header(self.chunk.get(self.at..)?)
+        pages::parse_header(self.chunk.get(self.at..)?)
     }
 
     /// Reads page `h` (at `self.at`): a dictionary page becomes the dictionary, a data page

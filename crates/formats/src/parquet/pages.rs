@@ -262,6 +262,15 @@ pub(super) struct Header {
 /// The header at the start of `bytes`, or `None` if the bytes are not one or a size or
 /// count is negative. The header is also walked as arrow-rs reads it.
 pub(super) fn header(bytes: &[u8]) -> Option<Header> {
+    let h = parse_header(bytes)?;
+    thrift::reads_as_arrow_rs(&bytes[..h.len], PAGE_HEADER)?;
+    Some(h)
+}
+
+/// [`header`] without the walk as arrow-rs reads it: for the headers of a column chunk that
+/// [`check_pages`] has walked already (chute's own reader reads them again and again when
+/// pieces are read out of order).
+pub(super) fn parse_header(bytes: &[u8]) -> Option<Header> {
     let mut r = Compact::new(bytes);
     let size = |v: i64| u32::try_from(v).ok();
     let enumerant = |v: i64| i32::try_from(v).ok();
@@ -302,7 +311,6 @@ pub(super) fn header(bytes: &[u8]) -> Option<Header> {
         }
     }
     h.len = r.at;
-    thrift::reads_as_arrow_rs(&bytes[..h.len], PAGE_HEADER)?;
     h.uncompressed = uncompressed?;
     h.compressed = compressed?;
     Some(h)
