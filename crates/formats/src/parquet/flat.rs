@@ -49,6 +49,9 @@ const BATCH: usize = 1024;
 /// Page buffers kept for reuse at most.
 const KEPT: usize = 64;
 
+/// Largest page buffer kept for reuse.
+const KEPT_BYTES: usize = 16 << 20;
+
 /// A value of a flat column as stored: 4 or 8 little-endian bytes.
 pub(super) trait Word: Copy + Default + arrow_buffer::ArrowNativeType {
     const BYTES: usize;
@@ -77,17 +80,29 @@ impl Word for u64 {
 pub(super) struct Scratch(Mutex<Vec<Vec<u8>>>);
 
 impl Scratch {
+    /// A kept buffer, or a new one. The list is only tried, never waited on (as
+    /// `chute_core::alloc` does: a list another thread holds at that instant, or held when
+    /// the process forked, is passed by).
     fn take(&self) -> Vec<u8> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop()
-            .unwrap_or_default()
+        match self.0.try_lock() {
+            Ok(mut kept) => kept.pop().unwrap_or_default(),
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner().pop().unwrap_or_default(),
+            Err(std::sync::TryLockError::WouldBlock) => Vec::new(),
+        }
     }
 
+    /// Keeps `buf` for another reader, unless [`KEPT`] are kept or it is larger than
+    /// [`KEPT_BYTES`] (a page that large is rare: its buffer is not held on to).
     fn give(&self, buf: Vec<u8>) {
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() < KEPT && buf.capacity() > 0 {
+        if buf.capacity() == 0 || buf.capacity() > KEPT_BYTES {
+            return;
+        }
+        let mut kept = match self.0.try_lock() {
+            Ok(kept) => kept,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        if kept.len() < KEPT {
             kept.push(buf);
         }
     }
