@@ -661,7 +661,7 @@ impl ParquetSource {
         if let Some((leaf, dt)) = &f.flat[c] {
             let chunk = f.meta.metadata().row_group(gi).column(*leaf);
             let width = flat::width(dt).unwrap_or(0);
-            if flat::reads(chunk, width) {
+            if flat::reads(chunk, dt) {
                 let scratch = self.scratch.clone();
                 let old = old.map(|k| k.reader);
                 let reader = match (width, old) {

@@ -193,19 +193,21 @@ pub(super) fn array(dt: &DataType, values: Buffer, rows: usize) -> Option<ArrayR
 }
 
 /// Whether this decoder reads a column chunk: a flat column (`max_rep_level` 0, a
-/// `max_def_level` of at most 1) of 4- or 8-byte values, in a codec read here, whose
-/// footer lists no encoding but PLAIN, dictionaries and levels.
+/// `max_def_level` of at most 1) whose stored values are those of Arrow type `dt` bit for
+/// bit (`int32` for `Int32` and `UInt32`, `float` for `Float32`, and so on), in a codec read
+/// here, whose footer lists no encoding but PLAIN, dictionaries and levels.
 #[allow(deprecated)] // BIT_PACKED: old writers list it for levels they do not write
-pub(super) fn reads(c: &parquet::file::metadata::ColumnChunkMetaData, bytes: usize) -> bool {
+pub(super) fn reads(c: &parquet::file::metadata::ColumnChunkMetaData, dt: &DataType) -> bool {
     use parquet::basic::Type as Physical;
     let d = c.column_descr();
-    let width = match d.physical_type() {
-        Physical::INT32 | Physical::FLOAT => 4,
-        Physical::INT64 | Physical::DOUBLE => 8,
-        _ => 0,
-    };
-    width == bytes
-        && d.max_rep_level() == 0
+    let same = matches!(
+        (d.physical_type(), dt),
+        (Physical::INT32, DataType::Int32 | DataType::UInt32)
+            | (Physical::FLOAT, DataType::Float32)
+            | (Physical::INT64, DataType::Int64 | DataType::UInt64)
+            | (Physical::DOUBLE, DataType::Float64)
+    );
+    same && d.max_rep_level() == 0
         && d.max_def_level() <= 1
         && Codec::of(c.compression()).is_some()
         && c.encodings().all(|e| {
@@ -841,6 +843,15 @@ mod tests {
         leaf: usize,
         what: &str,
     ) -> bool {
+        let dt = [
+            DataType::Int32,
+            DataType::UInt32,
+            DataType::Float32,
+            DataType::Int64,
+            DataType::UInt64,
+            DataType::Float64,
+        ][leaf]
+            .clone();
         let chunk = meta.row_group(rg).column(leaf);
         let other = chunk.encodings().any(|e| {
             !matches!(
@@ -851,7 +862,14 @@ mod tests {
                     | Encoding::RLE
             )
         });
-        assert_eq!(reads(chunk, T::BYTES), !other, "{what}");
+        assert_eq!(reads(chunk, &dt), !other, "{what}");
+        // Values of another type, though as wide, are not read as these.
+        let wrong = if leaf % 3 == 2 {
+            DataType::Int32
+        } else {
+            DataType::Float32
+        };
+        assert!(!reads(chunk, &wrong), "{what}");
         if other {
             return false;
         }
@@ -934,7 +952,10 @@ mod tests {
         assert!(f.read(3, &mut Vec::new()).is_err());
         // LZ4 in Hadoop's framing is not read here.
         let data = file(Compression::LZ4, false, true);
-        assert!(!reads(metadata(&data).row_group(0).column(0), 4));
+        assert!(!reads(
+            metadata(&data).row_group(0).column(0),
+            &DataType::Int32
+        ));
         // Every byte of a chunk's pages flipped in turn: values or given back, never a panic.
         for (v2, codec) in [
             (false, Compression::SNAPPY),
