@@ -288,12 +288,60 @@ impl Permutation {
         self.apply_lanes(xs);
     }
 
-    /// [`Permutation::apply_slice`] compiled for AVX-512, whose 64-bit vector multiplies
-    /// take the eight lanes' rounds at once.
+    /// [`Permutation::apply_slice`] in AVX-512: one vector holds eight positions, and each
+    /// Feistel round is a handful of vector instructions (`vpmullq` takes the eight lanes'
+    /// multiplies at once). Cycle-walking is a lane mask: the lanes still outside `[0, n)` take
+    /// the next image until none is.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512dq")]
     fn apply_slice_avx512(&self, xs: &mut [u64]) {
-        self.apply_lanes(xs);
+        use std::arch::x86_64::*;
+        let n = _mm512_set1_epi64(self.n as i64);
+        let mut chunks = xs.chunks_exact_mut(8);
+        for chunk in &mut chunks {
+            // SAFETY: the chunk is eight u64s; unaligned loads and stores are allowed.
+            let x = unsafe { _mm512_loadu_epi64(chunk.as_ptr().cast()) };
+            if _mm512_cmpge_epu64_mask(x, n) != 0 {
+                for &x in chunk.iter() {
+                    assert!(x < self.n, "position {x} outside permutation of {}", self.n);
+                }
+            }
+            let mut y = self.encrypt_avx512(x);
+            let mut outside = _mm512_cmpge_epu64_mask(y, n);
+            while outside != 0 {
+                let next = self.encrypt_avx512(y);
+                y = _mm512_mask_mov_epi64(y, outside, next);
+                outside &= _mm512_cmpge_epu64_mask(next, n);
+            }
+            // SAFETY: as the load.
+            unsafe { _mm512_storeu_epi64(chunk.as_mut_ptr().cast(), y) };
+        }
+        for x in chunks.into_remainder() {
+            *x = self.apply(*x);
+        }
+    }
+
+    /// [`Permutation::encrypt`] of the eight lanes of `x`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512dq")]
+    #[inline]
+    fn encrypt_avx512(&self, x: std::arch::x86_64::__m512i) -> std::arch::x86_64::__m512i {
+        use std::arch::x86_64::*;
+        let mask = _mm512_set1_epi64(self.mask as i64);
+        let half = _mm_cvtsi64_si128(self.half_bits as i64);
+        let m1 = _mm512_set1_epi64(0xbf58_476d_1ce4_e5b9u64 as i64);
+        let m2 = _mm512_set1_epi64(0x94d0_49bb_1331_11ebu64 as i64);
+        let (mut l, mut r) = (_mm512_srl_epi64(x, half), _mm512_and_si512(x, mask));
+        for &k in &self.keys {
+            // mix64(r ^ k), as `rng::mix64`.
+            let mut z = _mm512_xor_si512(r, _mm512_set1_epi64(k as i64));
+            z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64::<30>(z)), m1);
+            z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64::<27>(z)), m2);
+            z = _mm512_xor_si512(z, _mm512_srli_epi64::<31>(z));
+            let f = _mm512_and_si512(z, mask);
+            (l, r) = (r, _mm512_xor_si512(l, f));
+        }
+        _mm512_or_si512(_mm512_sll_epi64(l, half), r)
     }
 
     #[inline(always)]
@@ -657,22 +705,23 @@ impl Plan {
             "samples {range:?} of a plan with {} samples",
             self.len
         );
-        let Order::Block {
-            shards,
-            prefix,
-            starts,
-            window,
-            key,
-        } = &self.order
-        else {
-            out.extend(range.map(|i| self.get(i)));
-            return;
-        };
         let base = out.len();
-        out.extend(range.map(|i| self.position(self.slot(i))));
+        self.extend_positions(range, out);
+        let (shards, prefix, starts, window, key) = match &self.order {
+            Order::Identity => return,
+            Order::Global(perm) => return perm.apply_slice(&mut out[base..]),
+            Order::Block {
+                shards,
+                prefix,
+                starts,
+                window,
+                key,
+            } => (shards, prefix, starts, *window, *key),
+        };
         // Runs of positions in one window: each run's permutation is keyed once and applied
         // to the whole run at once, in place; then each image becomes its sample id.
         let mut at = base;
+        let mut deltas = Vec::with_capacity(window.min(shards.len()));
         while at < out.len() {
             let p = out[at];
             let k = prefix.partition_point(|&x| x <= p) - 1;
@@ -688,14 +737,47 @@ impl Plan {
             for q in run.iter_mut() {
                 *q -= lo;
             }
-            Permutation::new(hi - lo, derive_key(&[*key, (k / window) as u64])).apply_slice(run);
-            let bounds = &prefix[first..=last];
-            for q in run.iter_mut() {
-                let pos = lo + *q;
-                let j = first + bounds.partition_point(|&x| x <= pos) - 1;
-                *q = starts[shards[j] as usize] + (pos - prefix[j]);
+            Permutation::new(hi - lo, derive_key(&[key, (k / window) as u64])).apply_slice(run);
+            // The window's shard holding an image is the number of its later shards' starts
+            // at or before it (empty shards share a start, and are passed over); its sample
+            // id is the image plus that shard's offset from positions to ids.
+            let inner = &prefix[first + 1..last];
+            deltas.clear();
+            deltas.extend(
+                (first..last).map(|j| starts[shards[j] as usize].wrapping_sub(prefix[j] - lo)),
+            );
+            if inner.len() <= 16 {
+                for q in run.iter_mut() {
+                    let pos = lo + *q;
+                    let j = inner.iter().map(|&x| (x <= pos) as usize).sum::<usize>();
+                    *q = deltas[j].wrapping_add(*q);
+                }
+            } else {
+                for q in run.iter_mut() {
+                    let j = inner.partition_point(|&x| x <= lo + *q);
+                    *q = deltas[j].wrapping_add(*q);
+                }
             }
             at = end;
+        }
+    }
+
+    /// The positions of this rank's samples `range` in the epoch order, appended to `out`:
+    /// runs of consecutive positions where the slice is contiguous and holds no padding,
+    /// one by one otherwise.
+    fn extend_positions(&self, range: std::ops::Range<u64>, out: &mut Vec<u64>) {
+        if range.is_empty() {
+            return;
+        }
+        let (a, b) = (self.slot(range.start), self.slot(range.end - 1) + 1);
+        if self.is_contiguous() && b <= self.remaining {
+            let mut runs = Vec::new();
+            self.positions_of(a, b, &mut runs);
+            for (p, q) in runs {
+                out.extend(p..q);
+            }
+        } else {
+            out.extend(range.map(|i| self.position(self.slot(i))));
         }
     }
 
@@ -1046,6 +1128,42 @@ mod tests {
             prop_assert!((before - seen.len()) < w2 as usize, "only padding repeats");
         }
 
+        /// The batch form agrees with `get` over any cut, on block windows of many shards
+        /// (empty ones among them) as well as few, and on the other orders.
+        #[test]
+        fn extend_ids_agrees_with_get(
+            counts in prop::collection::vec(0u64..20, 1..60),
+            window in 1u32..40,
+            mode in 0u8..3,
+            world_size in 1u64..5,
+            drop_last: bool,
+            cuts in prop::collection::vec(0.0f64..1.0, 0..4),
+            seed: u64,
+        ) {
+            let m = manifest(&counts);
+            let shuffle = match mode {
+                0 => Shuffle::Block { window },
+                1 => Shuffle::Global,
+                _ => Shuffle::None,
+            };
+            for rank in 0..world_size {
+                let cfg = PlanConfig {
+                    seed, rank, world_size, shuffle, batch_size: 1, drop_last,
+                    ..Default::default()
+                };
+                let plan = Plan::new(&m, &cfg).unwrap();
+                let mut at: Vec<u64> = cuts.iter().map(|&c| (c * plan.len() as f64) as u64).collect();
+                at.push(plan.len());
+                at.sort();
+                let (mut ids, mut from) = (Vec::new(), 0);
+                for to in at {
+                    plan.extend_ids(from..to, &mut ids);
+                    from = to;
+                }
+                prop_assert_eq!(ids, plan.iter().collect::<Vec<_>>());
+            }
+        }
+
         /// A chain of elastic resumes (each world size reads a fraction of what is left, the
         /// last one reads to the end) reads every sample once, in every shuffle mode.
         #[test]
@@ -1106,7 +1224,8 @@ mod tests {
             }
         }
 
-        /// The eight-lane form gives `apply`'s images, in any order and slice length.
+        /// The eight-lane forms (AVX-512 where the CPU has it, and the portable one every
+        /// CPU can run) give `apply`'s images, in any order and slice length.
         #[test]
         fn apply_slice_agrees_with_apply(
             n in 1u64..100_000,
@@ -1115,9 +1234,12 @@ mod tests {
         ) {
             let p = Permutation::new(n, key);
             let mut xs: Vec<u64> = picks.iter().map(|x| x % n).collect();
+            let mut portable = xs.clone();
             let want: Vec<u64> = xs.iter().map(|&x| p.apply(x)).collect();
             p.apply_slice(&mut xs);
-            prop_assert_eq!(xs, want);
+            p.apply_lanes(&mut portable);
+            prop_assert_eq!(&xs, &want);
+            prop_assert_eq!(portable, want);
         }
     }
 }
