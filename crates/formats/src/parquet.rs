@@ -861,52 +861,55 @@ impl ParquetSource {
         let mut span_of: HashMap<usize, usize> = HashMap::new();
         let mut last = usize::MAX;
         for &id in ids {
-            if spans.len() <= 8 {
+            let found = if spans.len() <= 8 {
                 // Without branching on each span: a block shuffle's ids alternate among its
                 // window's shards at random, so a search that stops at the match (or a check
-                // of the last span first) mispredicts at almost every id.
-                last = spans.iter().enumerate().fold(usize::MAX, |at, (i, s)| {
-                    if s.ids.contains(&id) { i } else { at }
-                });
-            }
-            if spans.get(last).is_none_or(|s| !s.ids.contains(&id)) {
-                let found = if spans.len() <= 8 {
-                    None
-                } else {
-                    let (shard, _) = self.manifest.locate_checked(id)?;
-                    span_of.get(&shard).copied()
-                };
-                last = match found {
-                    Some(i) => i,
-                    None => {
-                        let (shard, row) = self.manifest.locate_checked(id)?;
-                        let (p, first) = self.chunks[shard];
-                        let place = match pieces.iter().position(|(h, ..)| *h == p) {
-                            Some(place) => place,
-                            None => {
-                                let (columns, entry) = self.cached(p)?;
-                                pieces.push((p, columns, entry));
-                                pieces.len() - 1
-                            }
-                        };
-                        if mirrored {
-                            let chunk = shard - self.piece_chunks[p];
-                            mirrors.push(self.mirror(&pieces[place], chunk));
-                        }
-                        let lo = id - row;
-                        span_of.insert(shard, spans.len());
-                        spans.push(Span {
-                            ids: lo..lo + self.manifest.shards[shard].samples,
-                            shard,
-                            place,
-                            first: first as usize,
-                            mirror: mirrors.len().wrapping_sub(1),
-                            read: 0,
-                        });
-                        spans.len() - 1
+                // of the last span first) mispredicts at almost every id. The search's answer
+                // is used as it is, not checked again (that check waited on the search).
+                let at = spans.iter().enumerate().fold(usize::MAX, |at, (i, s)| {
+                    if id.wrapping_sub(s.ids.start) < s.ids.end - s.ids.start {
+                        i
+                    } else {
+                        at
                     }
-                };
-            }
+                });
+                (at != usize::MAX).then_some(at)
+            } else if spans.get(last).is_some_and(|s| s.ids.contains(&id)) {
+                Some(last)
+            } else {
+                let (shard, _) = self.manifest.locate_checked(id)?;
+                span_of.get(&shard).copied()
+            };
+            last = match found {
+                Some(at) => at,
+                None => {
+                    let (shard, row) = self.manifest.locate_checked(id)?;
+                    let (p, first) = self.chunks[shard];
+                    let place = match pieces.iter().position(|(h, ..)| *h == p) {
+                        Some(place) => place,
+                        None => {
+                            let (columns, entry) = self.cached(p)?;
+                            pieces.push((p, columns, entry));
+                            pieces.len() - 1
+                        }
+                    };
+                    if mirrored {
+                        let chunk = shard - self.piece_chunks[p];
+                        mirrors.push(self.mirror(&pieces[place], chunk));
+                    }
+                    let lo = id - row;
+                    span_of.insert(shard, spans.len());
+                    spans.push(Span {
+                        ids: lo..lo + self.manifest.shards[shard].samples,
+                        shard,
+                        place,
+                        first: first as usize,
+                        mirror: mirrors.len().wrapping_sub(1),
+                        read: 0,
+                    });
+                    spans.len() - 1
+                }
+            };
             let s = &mut spans[last];
             let offset = (id - s.ids.start) as usize;
             rows.push((s.place, s.first + offset));
