@@ -694,8 +694,10 @@ impl Plan {
     }
 
     /// Global sample ids of this rank's samples `range` (as [`Plan::get`] gives them one by
-    /// one), appended to `out`. Faster for a batch: block mode keys each window's permutation
-    /// once instead of once per sample.
+    /// one), appended to `out`. Faster for a batch: its positions come as runs where the
+    /// slice is contiguous, a global shuffle permutes them eight at a time (AVX-512 where the
+    /// CPU has it), and block mode keys each window's permutation once instead of once per
+    /// sample and finds each image's shard by a branchless count over the window's bounds.
     ///
     /// # Panics
     /// If `range.end > len()`.
