@@ -155,15 +155,26 @@ impl Reader {
             Reader::U64(f) => Some(take(f, rows, dt)),
         }
     }
+
+    /// Its column chunk's page index, if this is chute's own reader and it has one.
+    fn page_index(&self) -> Option<flat::PageIndex> {
+        match self {
+            Reader::Arrow(_) => None,
+            Reader::U32(f) => f.page_index(),
+            Reader::U64(f) => f.page_index(),
+        }
+    }
 }
 
 /// A row group's column: its cursor, if a piece has been decoded and the column goes on,
-/// and whether its page headers have been checked (once: pieces out of order make readers
-/// again and again).
+/// whether its page headers have been checked (once: pieces out of order make readers
+/// again and again), and its page index once a reader has walked one (kept when the cursor
+/// goes: a few bytes a page).
 #[derive(Default)]
 struct Reading {
     checked: bool,
     cursor: Option<Cursor>,
+    pages: Option<flat::PageIndex>,
 }
 
 /// A cached piece: its projected columns, in the requested order, and (for plans in
@@ -505,16 +516,41 @@ impl ParquetSource {
         Ok((columns, entry))
     }
 
-    /// The row-major copy of chunk `chunk` of a piece the batch reads, made now if no
-    /// gather has made it (or since it was last dropped).
-    fn mirror(&self, (p, columns, entry): &(usize, Columns, Group), chunk: usize) -> Arc<RowMajor> {
-        let mut slot = entry.rows[chunk].lock().unwrap_or_else(|e| e.into_inner());
-        slot.get_or_insert_with(|| {
+    /// The row-major copies of the chunks a batch reads (`(piece's place in `pieces`, chunk
+    /// of the piece)` each), made now where no gather has made them (or since they were last
+    /// dropped). A copy another worker is making is passed over until the rest are had, so
+    /// two workers on one window make its copies side by side instead of one waiting on the
+    /// other's.
+    fn mirrors(
+        &self,
+        pieces: &[(usize, Columns, Group)],
+        wanted: &[(usize, usize)],
+    ) -> Vec<Arc<RowMajor>> {
+        let make = |place: usize, chunk: usize| {
+            let (p, columns, _) = &pieces[place];
             let first = chunk * self.chunk_rows as usize;
             let n = (self.pieces[*p].rows as usize - first).min(self.chunk_rows as usize);
             Arc::new(RowMajor::new(&self.kinds, &self.layout, columns, first, n))
-        })
-        .clone()
+        };
+        let mut got: Vec<Option<Arc<RowMajor>>> = vec![None; wanted.len()];
+        for wait in [false, true] {
+            for (&(place, chunk), out) in wanted.iter().zip(got.iter_mut()) {
+                if out.is_some() {
+                    continue;
+                }
+                let slot = &pieces[place].2.rows[chunk];
+                let mut guard = match slot.try_lock() {
+                    Ok(guard) => guard,
+                    Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) if !wait => continue,
+                    Err(std::sync::TryLockError::WouldBlock) => {
+                        slot.lock().unwrap_or_else(|e| e.into_inner())
+                    }
+                };
+                *out = Some(guard.get_or_insert_with(|| make(place, chunk)).clone());
+            }
+        }
+        got.into_iter().flatten().collect()
     }
 
     /// Pieces the cache holds: half as many when their row-major copies are kept too.
@@ -576,11 +612,13 @@ impl ParquetSource {
             self.check_pages(group, c)?;
             reading.checked = true;
         }
-        let cursor = &mut reading.cursor;
-        if cursor.as_ref().is_none_or(|k| k.next != first) {
-            let old = cursor.take();
-            *cursor = Some(self.cursor(group, c, first, old)?);
+        if reading.cursor.as_ref().is_none_or(|k| k.next != first) {
+            let old = reading.cursor.take();
+            let k = self.cursor(group, c, first, old, reading.pages.clone())?;
+            reading.pages = reading.pages.take().or_else(|| k.reader.page_index());
+            reading.cursor = Some(k);
         }
+        let cursor = &mut reading.cursor;
         let dt = self.files[self.groups[group].0].flat[c]
             .as_ref()
             .map(|(_, dt)| dt);
@@ -648,13 +686,15 @@ impl ParquetSource {
 
     /// A reader of column `c` of row group `group` from its row `first`, yielding a piece a
     /// batch: chute's own for a flat numeric column chunk it reads (taking the dictionary
-    /// of `old`, the column's last reader, if it has one), else arrow-rs's.
+    /// of `old`, the column's last reader, if it has one, and the chunk's page index `pages`
+    /// if one has been walked), else arrow-rs's.
     fn cursor(
         &self,
         group: usize,
         c: usize,
         first: u64,
         old: Option<Cursor>,
+        pages: Option<flat::PageIndex>,
     ) -> Result<Cursor, String> {
         let (fi, gi, _) = self.groups[group];
         let f = &self.files[fi];
@@ -665,18 +705,22 @@ impl ParquetSource {
                 let scratch = self.scratch.clone();
                 let old = old.map(|k| k.reader);
                 let reader = match (width, old) {
-                    (4, Some(Reader::U32(o))) => {
-                        flat::Flat::new(&f.data, chunk, first, o.dictionary(), scratch)
+                    (4, old) => {
+                        let dict = match old {
+                            Some(Reader::U32(o)) => o.dictionary(),
+                            _ => None,
+                        };
+                        flat::Flat::new(&f.data, chunk, first, dict, pages, scratch)
                             .map(Reader::U32)
                     }
-                    (4, _) => {
-                        flat::Flat::new(&f.data, chunk, first, None, scratch).map(Reader::U32)
-                    }
-                    (_, Some(Reader::U64(o))) => {
-                        flat::Flat::new(&f.data, chunk, first, o.dictionary(), scratch)
+                    (_, old) => {
+                        let dict = match old {
+                            Some(Reader::U64(o)) => o.dictionary(),
+                            _ => None,
+                        };
+                        flat::Flat::new(&f.data, chunk, first, dict, pages, scratch)
                             .map(Reader::U64)
                     }
-                    _ => flat::Flat::new(&f.data, chunk, first, None, scratch).map(Reader::U64),
                 };
                 if let Ok(reader) = reader {
                     self.hold(group);
@@ -854,7 +898,8 @@ impl ParquetSource {
         let mut rows = Vec::with_capacity(ids.len());
         let mut mrows = Vec::with_capacity(if mirrored { ids.len() } else { 0 });
         let mut pieces: Vec<(usize, Columns, Group)> = Vec::new();
-        let mut mirrors: Vec<Arc<RowMajor>> = Vec::new();
+        // (place in `pieces`, chunk of the piece) of each span's row-major copy.
+        let mut wanted: Vec<(usize, usize)> = Vec::new();
         let mut spans: Vec<Span> = Vec::new();
         // Each shard's place in `spans`, once there are too many to search one by one (a
         // global shuffle's batch touches hundreds).
@@ -894,8 +939,7 @@ impl ParquetSource {
                         }
                     };
                     if mirrored {
-                        let chunk = shard - self.piece_chunks[p];
-                        mirrors.push(self.mirror(&pieces[place], chunk));
+                        wanted.push((place, shard - self.piece_chunks[p]));
                     }
                     let lo = id - row;
                     span_of.insert(shard, spans.len());
@@ -904,7 +948,7 @@ impl ParquetSource {
                         shard,
                         place,
                         first: first as usize,
-                        mirror: mirrors.len().wrapping_sub(1),
+                        mirror: wanted.len().wrapping_sub(1),
                         read: 0,
                     });
                     spans.len() - 1
@@ -918,6 +962,7 @@ impl ParquetSource {
             }
             s.read += 1;
         }
+        let mirrors = self.mirrors(&pieces, &wanted);
         let parts: Vec<&[ArrayRef]> = pieces.iter().map(|(_, cols, _)| cols.as_slice()).collect();
         let copies: Vec<&RowMajor> = mirrors.iter().map(|m| m.as_ref()).collect();
         let out = columnar::gather(

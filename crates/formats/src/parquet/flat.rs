@@ -457,6 +457,12 @@ struct Page {
     shared: Option<Bytes>,
 }
 
+/// Where each data page of a column chunk starts: `(its header's place in the chunk, the
+/// chunk's row its first value is)`, in order. Walked from the headers once per chunk, the
+/// first time a reader starts past row 0: readers of pieces in random order then go straight
+/// to the page that holds their first row instead of walking every header before it.
+pub(super) type PageIndex = Arc<[(usize, u64)]>;
+
 /// A column chunk's values read in order, from any row on: the reader of one column of a
 /// row group that [`super::ParquetSource`] keeps between pieces.
 pub(super) struct Flat<T: Word> {
@@ -468,6 +474,8 @@ pub(super) struct Flat<T: Word> {
     /// `max_def_level` is 1: data pages hold definition levels.
     optional: bool,
     dict: Option<Arc<Vec<T>>>,
+    /// The chunk's page index, once a reader of it has walked one.
+    index: Option<PageIndex>,
     page: Option<Page>,
     /// The decompressed page (taken from, and given back to, `scratch`).
     buf: Vec<u8>,
@@ -482,13 +490,15 @@ impl<T: Word> Drop for Flat<T> {
 
 impl<T: Word> Flat<T> {
     /// A reader of column chunk `c` of a file whose bytes are `file`, from row `first` of
-    /// its row group on (whole pages before it are passed by their headers). `dict` is the
-    /// chunk's dictionary if another reader of it has one.
+    /// its row group on (whole pages before it are passed: found in the chunk's page index,
+    /// walked now if `index` is `None`). `dict` is the chunk's dictionary if another reader
+    /// of it has one.
     pub(super) fn new(
         file: &Bytes,
         c: &parquet::file::metadata::ColumnChunkMetaData,
         first: u64,
         dict: Option<Arc<Vec<T>>>,
+        index: Option<PageIndex>,
         scratch: Arc<Scratch>,
     ) -> Result<Self, Unread> {
         let (start, len) = pages::byte_range(c, file.len() as u64).ok_or(Unread)?;
@@ -498,17 +508,62 @@ impl<T: Word> Flat<T> {
             codec: Codec::of(c.compression()).ok_or(Unread)?,
             optional: c.column_descr().max_def_level() == 1,
             dict,
+            index,
             page: None,
             buf: scratch.take(),
             scratch,
         };
-        flat.skip_rows(first).ok_or(Unread)?;
+        let at = if first > 0 {
+            flat.seek(first).ok_or(Unread)?
+        } else {
+            0
+        };
+        flat.skip_rows(first - at).ok_or(Unread)?;
         Ok(flat)
     }
 
     /// The dictionary read so far, for another reader of the same column chunk.
     pub(super) fn dictionary(&self) -> Option<Arc<Vec<T>>> {
         self.dict.clone()
+    }
+
+    /// The chunk's page index, if this reader has it, for the chunk's later readers.
+    pub(super) fn page_index(&self) -> Option<PageIndex> {
+        self.index.clone()
+    }
+
+    /// Moves to the data page holding row `first` (walking the page index first if there
+    /// is none), having read the chunk's dictionary page if it has one and no other reader
+    /// gave its dictionary. Returns the row the reader is at then (the page's first).
+    fn seek(&mut self, first: u64) -> Option<u64> {
+        if self.dict.is_none() {
+            // A dictionary page is the chunk's first page.
+            let h = self.next_header()?;
+            if h.kind == DICTIONARY_PAGE {
+                self.open_page(h)?;
+            }
+        }
+        if self.index.is_none() {
+            let (mut at, mut row, mut pages) = (0usize, 0u64, Vec::new());
+            while at < self.chunk.len() {
+                let h = pages::parse_header(self.chunk.get(at..)?)?;
+                if h.kind == DATA_PAGE || h.kind == DATA_PAGE_V2 {
+                    pages.push((at, row));
+                    row += u64::from(h.values);
+                }
+                at = at.checked_add(h.len)?.checked_add(h.compressed as usize)?;
+            }
+            self.index = Some(pages.into());
+        }
+        let index = self.index.as_deref()?;
+        let k = index.partition_point(|&(_, row)| row <= first);
+        match k.checked_sub(1).and_then(|k| index.get(k)) {
+            Some(&(at, row)) if at >= self.at => {
+                self.at = at;
+                Some(row)
+            }
+            _ => Some(0),
+        }
     }
 
     /// Passes over the chunk's first `n` rows: whole pages by their headers, then values.
@@ -875,22 +930,41 @@ mod tests {
         }
         let want = expected::<T>(data, rg, leaf);
         let scratch = Arc::new(Scratch::default());
-        let mut dict = None;
-        for first in [0usize, 1, 63, 127, 128, 129, 500, 999, 1000] {
-            for step in [1usize, 7, 64, 1000] {
-                let mut f =
-                    Flat::<T>::new(data, chunk, first as u64, dict.clone(), scratch.clone())
-                        .unwrap_or_else(|_| panic!("{what}: from row {first}"));
-                let mut got = Vec::new();
-                while got.len() < want.len() - first {
-                    let k = step.min(want.len() - first - got.len());
-                    f.read(k, &mut got)
-                        .unwrap_or_else(|_| panic!("{what}: from {first} by {step}"));
+        // Each reader on its own, then each given the dictionary and page index of the ones
+        // before it (as the source hands them on).
+        for share in [false, true] {
+            let (mut dict, mut index) = (None, None);
+            for first in [0usize, 1, 63, 127, 128, 129, 500, 999, 1000] {
+                for step in [1usize, 7, 64, 1000] {
+                    let mut f = Flat::<T>::new(
+                        data,
+                        chunk,
+                        first as u64,
+                        dict.clone(),
+                        index.clone(),
+                        scratch.clone(),
+                    )
+                    .unwrap_or_else(|_| panic!("{what}: from row {first}"));
+                    let mut got = Vec::new();
+                    while got.len() < want.len() - first {
+                        let k = step.min(want.len() - first - got.len());
+                        f.read(k, &mut got)
+                            .unwrap_or_else(|_| panic!("{what}: from {first} by {step}"));
+                    }
+                    assert_eq!(got, want[first..], "{what}: from row {first} by {step}");
+                    // Past the chunk's end: given back.
+                    assert!(f.read(1, &mut got).is_err(), "{what}");
+                    if share {
+                        dict = dict.or_else(|| f.dictionary());
+                        index = index.or_else(|| f.page_index());
+                    }
                 }
-                assert_eq!(got, want[first..], "{what}: from row {first} by {step}");
-                // Past the chunk's end: given back.
-                assert!(f.read(1, &mut got).is_err(), "{what}");
-                dict = dict.or_else(|| f.dictionary());
+            }
+            if share {
+                assert!(
+                    index.is_some(),
+                    "{what}: a reader from row 1 on walks the index"
+                );
             }
         }
         true
@@ -948,7 +1022,7 @@ mod tests {
         let meta = metadata(&data);
         let chunk = meta.row_group(0).column(0);
         let scratch = Arc::new(Scratch::default());
-        let mut f = Flat::<u32>::new(&data, chunk, 0, None, scratch.clone()).unwrap();
+        let mut f = Flat::<u32>::new(&data, chunk, 0, None, None, scratch.clone()).unwrap();
         assert!(f.read(3, &mut Vec::new()).is_err());
         // LZ4 in Hadoop's framing is not read here.
         let data = file(Compression::LZ4, false, true);
@@ -973,12 +1047,12 @@ mod tests {
                     for first in [0, 300] {
                         if leaf == 0 {
                             if let Ok(mut f) =
-                                Flat::<u32>::new(&bad, chunk, first, None, scratch.clone())
+                                Flat::<u32>::new(&bad, chunk, first, None, None, scratch.clone())
                             {
                                 let _ = f.read(1000 - first as usize, &mut Vec::new());
                             }
                         } else if let Ok(mut f) =
-                            Flat::<u64>::new(&bad, chunk, first, None, scratch.clone())
+                            Flat::<u64>::new(&bad, chunk, first, None, None, scratch.clone())
                         {
                             let _ = f.read(1000 - first as usize, &mut Vec::new());
                         }
