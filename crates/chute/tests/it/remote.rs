@@ -669,11 +669,10 @@ fn soak_memory_threads_and_files_stay_flat() {
     assert!(epochs >= 400, "{epochs} epochs");
     let base = marks[0].1;
     for (at, [rss, _, sockets, files]) in &marks {
-        assert!(
-            rss - base[0] <= 64 << 10,
-            "RssAnon grew {} kB by batch {at}",
-            rss - base[0]
-        );
+        // Resident memory may also fall below the first mark (the allocator gives pages
+        // back); only growth counts.
+        let grew = rss.saturating_sub(base[0]);
+        assert!(grew <= 64 << 10, "RssAnon grew {grew} kB by batch {at}");
         assert_eq!(
             *files, base[3],
             "open files other than sockets at batch {at}"
