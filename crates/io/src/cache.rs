@@ -81,7 +81,9 @@ impl DiskCache {
     /// The entry `key`, memory-mapped, if present with `size` bytes; marks it recently used.
     pub fn get(&self, key: &str, size: u64) -> Option<MappedFile> {
         let path = self.dir.join(key);
-        let file = MappedFile::open(&path).ok()?;
+        // Not shared: eviction deletes entries to free their space, which a resting map
+        // would hold on to.
+        let file = MappedFile::open_unshared(&path).ok()?;
         if file.len() as u64 != size {
             return None;
         }

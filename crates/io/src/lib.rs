@@ -47,6 +47,7 @@ mod atomic;
 mod cache;
 mod local;
 mod location;
+mod maps;
 mod options;
 #[cfg(feature = "remote")]
 mod remote;

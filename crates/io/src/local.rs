@@ -2,15 +2,15 @@
 //! [`LocalFile`], positioned reads without a shared cursor.
 
 use std::fmt;
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::maps::{self, Map};
 use bytes::Bytes;
 use chute_core::Error;
-use memmap2::{Mmap, MmapOptions};
 
 /// A local file mapped read-only into memory.
 ///
@@ -21,24 +21,28 @@ use memmap2::{Mmap, MmapOptions};
 /// file larger than RAM works; call [`MappedFile::advise_random`] when samples are read in
 /// shuffled order so the kernel does not read ahead pages nobody asked for.
 ///
-/// Cloning is cheap (a reference count) and clones share the map. An empty file is not mapped
+/// Cloning is cheap (a reference count) and clones share the map. So do files opened again
+/// while it is in use or soon after: the process keeps one map per file (device, inode and
+/// length), and a map whose last view is dropped rests a minute before it is unmapped, so a
+/// source built again on the same files (each epoch, say) reads through pages already mapped
+/// and dropping one costs no unmapping (see the `maps` module). An empty file is not mapped
 /// (`mmap(2)` refuses zero-length maps) and behaves as an empty slice.
 #[derive(Clone)]
 pub struct MappedFile {
     path: PathBuf,
     /// `None` for an empty file.
-    map: Option<Arc<Mmap>>,
+    map: Option<Arc<Map>>,
     /// A view of the whole map: [`MappedFile::bytes`] slices it, which costs one atomic
     /// increment and no allocation per call.
     all: Bytes,
 }
 
 /// Lets a [`Bytes`] share ownership of the map.
-struct MapOwner(Arc<Mmap>);
+struct MapOwner(Arc<Map>);
 
 impl AsRef<[u8]> for MapOwner {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        self.0.mmap()
     }
 }
 
@@ -48,8 +52,20 @@ impl MappedFile {
     /// Fails with [`Error::Io`] naming the path if the file cannot be opened, is not a regular
     /// file, does not fit in the address space or cannot be mapped.
     pub fn open(path: impl AsRef<Path>) -> Result<MappedFile, Error> {
-        let path = path.as_ref();
-        let (file, len) = open_regular(path)?;
+        Self::open_with(path.as_ref(), true)
+    }
+
+    /// Opens `path` read-only and maps the whole file for this caller alone: the map is not
+    /// shared with other opens of the file, and is unmapped as soon as its last view is
+    /// dropped. For files about to be deleted to free their space (a resting map would keep
+    /// it a minute longer): the node-local cache's entries.
+    pub fn open_unshared(path: impl AsRef<Path>) -> Result<MappedFile, Error> {
+        Self::open_with(path.as_ref(), false)
+    }
+
+    fn open_with(path: &Path, shared: bool) -> Result<MappedFile, Error> {
+        let (file, meta) = open_regular(path)?;
+        let len = meta.len();
         let len = usize::try_from(len).map_err(|_| {
             io_error(
                 path,
@@ -62,18 +78,11 @@ impl MappedFile {
                 ),
             )
         })?;
+        // An empty file is not mapped: mmap(2) refuses zero-length maps.
         let map = if len == 0 {
             None
         } else {
-            // SAFETY: the map is read-only and over a file we opened ourselves, read-only, so
-            // nothing in this process writes through it. What we cannot rule out is another
-            // process changing the file while it is mapped: a write shows through (the bytes
-            // change under a `&[u8]`), and a truncation makes reads past the new end raise
-            // SIGBUS. Every mmap-based reader shares that hazard; datasets are written once
-            // and read many times, and `TokenWriter`-style writers create a new file and
-            // rename it into place, which leaves an existing map (of the old inode) intact.
-            let map = unsafe { MmapOptions::new().len(len).map(&file) };
-            Some(Arc::new(map.map_err(|e| io_error(path, e))?))
+            Some(maps::map(&file, &meta, len, shared).map_err(|e| io_error(path, e))?)
         };
         let all = match &map {
             Some(m) => Bytes::from_owner(MapOwner(Arc::clone(m))),
@@ -126,7 +135,7 @@ impl MappedFile {
     pub fn resident_bytes(&self) -> Option<u64> {
         #[cfg(unix)]
         {
-            let map = self.map.as_ref()?;
+            let map = self.map.as_ref()?.mmap();
             // SAFETY: sysconf has no preconditions.
             let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
                 .ok()
@@ -171,7 +180,7 @@ impl MappedFile {
     fn advise(&self, advice: memmap2::Advice) {
         if let Some(map) = &self.map {
             // Only a hint: a kernel that refuses it reads the same bytes, just less well.
-            let _ = map.advise(advice);
+            let _ = map.mmap().advise(advice);
         }
     }
 }
@@ -205,11 +214,11 @@ impl LocalFile {
     /// regular file.
     pub fn open(path: impl AsRef<Path>) -> Result<LocalFile, Error> {
         let path = path.as_ref();
-        let (file, len) = open_regular(path)?;
+        let (file, meta) = open_regular(path)?;
         Ok(LocalFile {
             path: path.to_path_buf(),
             file,
-            len,
+            len: meta.len(),
         })
     }
 
@@ -294,8 +303,8 @@ fn pread(_file: &File, _offset: u64, _buf: &mut [u8]) -> io::Result<usize> {
     ))
 }
 
-/// Opens `path` read-only and checks that it is a regular file; returns it with its length.
-fn open_regular(path: &Path) -> Result<(File, u64), Error> {
+/// Opens `path` read-only and checks that it is a regular file; returns it with its metadata.
+fn open_regular(path: &Path) -> Result<(File, Metadata), Error> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
     let meta = file.metadata().map_err(|e| io_error(path, e))?;
     if !meta.is_file() {
@@ -312,7 +321,7 @@ fn open_regular(path: &Path) -> Result<(File, u64), Error> {
             ),
         ));
     }
-    Ok((file, meta.len()))
+    Ok((file, meta))
 }
 
 fn io_error(path: &Path, e: io::Error) -> Error {
@@ -348,6 +357,73 @@ mod tests {
         assert_eq!(clone.as_slice().as_ptr(), clone.bytes(0..1).as_ptr());
         drop(clone);
         assert_eq!(&view[..], &data[10..20]);
+    }
+
+    #[test]
+    fn a_file_opened_again_shares_its_map_in_use_or_resting() {
+        let (dir, path) = file_with(b"0123456789");
+        let addr = |f: &MappedFile| f.as_slice().as_ptr() as usize;
+        let meta = |p: &Path| std::fs::metadata(p).unwrap();
+        let a = MappedFile::open(&path).unwrap();
+        let b = MappedFile::open(&path).unwrap();
+        assert_eq!(addr(&a), addr(&b), "in use: one map");
+        let at = addr(&a);
+        let view = a.bytes(2..4);
+        drop((a, b));
+        assert!(!maps::resting(&meta(&path)), "a view still uses the map");
+        drop(view);
+        assert!(maps::resting(&meta(&path)));
+        let c = MappedFile::open(&path).unwrap();
+        assert_eq!(addr(&c), at, "the resting map is taken back");
+        assert!(!maps::resting(&meta(&path)));
+
+        // Bytes written in place show through the shared map, as through a new one.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"ab"))
+            .unwrap();
+        assert_eq!(MappedFile::open(&path).unwrap().as_slice(), b"ab23456789");
+        // A new length is a new map; so is a new file renamed into place.
+        drop(c);
+        std::fs::write(&path, b"longer than before").unwrap();
+        let d = MappedFile::open(&path).unwrap();
+        assert_eq!(d.as_slice(), b"longer than before");
+        let other = dir.path().join("g.bin");
+        std::fs::write(&other, b"renamed in place!!").unwrap();
+        std::fs::rename(&other, &path).unwrap();
+        let e = MappedFile::open(&path).unwrap();
+        assert_eq!(e.as_slice(), b"renamed in place!!");
+        assert_ne!(addr(&d), addr(&e));
+        drop((d, e));
+
+        // An unshared map is its caller's alone and never rests.
+        let u = MappedFile::open_unshared(&path).unwrap();
+        let again = MappedFile::open(&path).unwrap();
+        assert_ne!(addr(&u), addr(&again));
+        assert_eq!(u.as_slice(), again.as_slice());
+        drop((u, again));
+        let p = dir.path().join("u.bin");
+        std::fs::write(&p, b"unshared").unwrap();
+        drop(MappedFile::open_unshared(&p).unwrap());
+        assert!(!maps::resting(&meta(&p)));
+
+        // At most maps::RESTING rest, the oldest unmapped first; and none past maps::REST.
+        let files: Vec<PathBuf> = (0..maps::RESTING + 1)
+            .map(|i| {
+                let p = dir.path().join(format!("r{i}.bin"));
+                std::fs::write(&p, [i as u8; 3]).unwrap();
+                p
+            })
+            .collect();
+        for p in &files {
+            drop(MappedFile::open(p).unwrap());
+        }
+        assert!(!maps::resting(&meta(&files[0])));
+        let last = meta(files.last().unwrap());
+        assert!(maps::resting(&last));
+        maps::expire_at(std::time::Instant::now() + maps::REST);
+        assert!(!maps::resting(&last));
     }
 
     #[test]
