@@ -207,8 +207,11 @@ pub(crate) fn open_whole<P: AsRef<std::path::Path>>(
     (0..set.len())
         .map(|i| {
             if let Some(map) = set.mapped(i) {
+                // Either way: a map shared with an earlier source keeps its advice.
                 if random {
                     map.advise_random();
+                } else {
+                    map.advise_normal();
                 }
                 return Ok((set.uri(i).to_string(), map.bytes(0..map.len())));
             }

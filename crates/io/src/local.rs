@@ -176,6 +176,14 @@ impl MappedFile {
         self.advise(memmap2::Advice::Sequential);
     }
 
+    /// Tells the kernel to read ahead as it does by default, taking back an earlier
+    /// [`MappedFile::advise_random`] or [`MappedFile::advise_sequential`]: the map may be one
+    /// another source of the same file advised (see the type's docs). A hint, as those are.
+    pub fn advise_normal(&self) {
+        #[cfg(unix)]
+        self.advise(memmap2::Advice::Normal);
+    }
+
     #[cfg(unix)]
     fn advise(&self, advice: memmap2::Advice) {
         if let Some(map) = &self.map {
@@ -350,6 +358,7 @@ mod tests {
         assert_eq!(f.as_slice(), &data[..]);
         f.advise_random();
         f.advise_sequential();
+        f.advise_normal();
         let view = f.bytes(10..20);
         let clone = f.clone();
         drop(f);
