@@ -102,7 +102,7 @@ class IterableEngine:
         self.rebuild = rebuild
         self.collate_fn = collate_fn
         self.worker_init_fn = worker_init_fn
-        self.epoch = 0
+        self._epoch = 0
         self.closed = False
         self.pinned = False
         self.pin_memory_fallback: Optional[str] = None
@@ -142,9 +142,33 @@ class IterableEngine:
 
     # Epochs --------------------------------------------------------------------------------
 
+    def _epoch_done(self) -> bool:
+        """Every batch of the epoch was delivered (a consumer that took exactly ``len``
+        batches and never asked for the end): the epoch is over, the next pass reads the next."""
+        if self._delivered == 0:
+            return False
+        try:
+            return self._delivered >= len(self)
+        except TypeError:  # no __len__: the end is known only when the stream ends
+            return False
+
+    def _next_epoch(self) -> None:
+        self._epoch += 1
+        self._delivered = 0
+        self._stream_index = 0
+        self._dataset_state = None
+        self._resume = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to."""
+        return self._epoch + 1 if self._epoch_done() else self._epoch
+
     def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.epoch = int(epoch)
+        if self._epoch_done():
+            self._next_epoch()
+        if epoch != self._epoch:
+            self._epoch = int(epoch)
             self._delivered = 0
             self._stream_index = 0
             self._dataset_state = None
@@ -157,6 +181,8 @@ class IterableEngine:
         if self.closed:
             raise ValueError("the loader is closed")
         self._halt()
+        if self._epoch_done():
+            self._next_epoch()
         stop = threading.Event()
         ready: "queue.Queue[Tuple[Any, ...]]" = queue.Queue(maxsize=max(1, self.options["prefetch"]))
         resume = self._resume
@@ -165,7 +191,7 @@ class IterableEngine:
         if resume is not None:
             start = (resume["batches"], resume["stream_index"], resume["dataset"])
         thread = threading.Thread(
-            target=self._produce, args=(ready, stop, self.epoch, *start), daemon=True,
+            target=self._produce, args=(ready, stop, self._epoch, *start), daemon=True,
             name="chute-iterable",
         )
         self._stop, self._thread = stop, thread
@@ -192,10 +218,7 @@ class IterableEngine:
                 self._stats["batches"] += 1
                 self._stats["samples"] += rows
                 yield batch
-            self.epoch += 1
-            self._delivered = 0
-            self._stream_index = 0
-            self._dataset_state = None
+            self._next_epoch()
         finally:
             stop.set()
 
@@ -305,12 +328,13 @@ class IterableEngine:
 
     def state_dict(self) -> Dict[str, Any]:
         o = self.options
+        done = self._epoch_done()  # after an epoch's last batch: the start of the next
         return {
             "format": _FORMAT,
             "epoch": self.epoch,
-            "batches": self._delivered,
-            "stream_index": self._stream_index,
-            "dataset": self._dataset_state,
+            "batches": 0 if done else self._delivered,
+            "stream_index": 0 if done else self._stream_index,
+            "dataset": None if done else self._dataset_state,
             "seed": o["seed"],
             "shuffle": o["shuffle"],
             "batch_size": o["batch_size"],
@@ -336,7 +360,7 @@ class IterableEngine:
                     f"{key}={o[key]!r}"
                 )
         self._halt()
-        self.epoch = int(state["epoch"])
+        self._epoch = int(state["epoch"])
         self._delivered = int(state["batches"])
         self._stream_index = int(state["stream_index"])
         self._dataset_state = state.get("dataset") if self._stateful else None

@@ -14,6 +14,8 @@ import inspect
 import json
 import os
 import sys
+import threading
+import time
 import warnings
 import weakref
 from typing import (
@@ -90,9 +92,13 @@ class Loader:
     - ``pin_memory``: batch buffers page-locked through the CUDA runtime (found at run time),
       for ``tensor.to("cuda", non_blocking=True)``. Without CUDA, a warning (once per process)
       and ordinary memory.
-    - ``rank`` / ``world_size``: this process's share; default to torchrun's ``RANK`` /
-      ``WORLD_SIZE`` environment variables when set, else 0 / 1. Every rank gets the same
-      number of batches. ``LOCAL_RANK`` is read into ``loader.local_rank``.
+    - ``rank`` / ``world_size``: this process's share. When not given they are found as the
+      launchers set them: an initialized ``torch.distributed`` process group (Lightning, any
+      launcher), else ``RANK`` / ``WORLD_SIZE`` (torchrun, accelerate), else SLURM's
+      ``SLURM_PROCID`` / ``SLURM_NTASKS``, else 0 / 1; ``WORLD_SIZE > 1`` without a rank is
+      a ``ConfigError`` naming the fix, never a silent rank 0 (``loader.rank_from`` and
+      ``stats()`` say which was used). Every rank gets the same number of batches.
+      ``LOCAL_RANK`` is read into ``loader.local_rank``.
     - ``transforms``: native ops declared as data, a dict of field -> list of ops (run on the
       worker threads without the GIL), e.g. ``{"jpg": [{"op": "decode"}, {"op":
       "random_resized_crop", "size": 224}, {"op": "horizontal_flip"}], "cls": [{"op":
@@ -185,6 +191,8 @@ class Loader:
     ) -> None:
         _refuse_dataloader_only(sampler, batch_sampler, multiprocessing_context)
         self.progress = bool(progress)
+        # The position load_state_dict() set, until a batch is taken (see `sampler`).
+        self._restored: Optional[Dict[str, Any]] = None
         stream_shuffle = shuffle  # an iterable dataset's (a buffer), before it is normalized
         del persistent_workers, in_order  # threads persist; chute is always in order
         if seed is None:
@@ -259,14 +267,9 @@ class Loader:
                 f"invalid shuffle: {shuffle!r}; use False, True, 'none', 'global', 'block' "
                 "or 'block:N'"
             )
-        env_rank = _env_int("RANK", minimum=0)
-        env_world = _env_int("WORLD_SIZE", minimum=1)
         self.local_rank: int = _env_int("LOCAL_RANK", minimum=0) or 0
         """``LOCAL_RANK`` (this process's GPU on its node, as torchrun sets it), else 0."""
-        if rank is None:
-            rank = env_rank if env_rank is not None else 0
-        if world_size is None:
-            world_size = env_world if env_world is not None else 1
+        rank, world_size, self.rank_from = _find_rank(rank, world_size)
         batch_size = _per_rank_batch(batch_size, global_batch_size, world_size)
         if prefetch_factor is None:
             prefetch_factor = 2
@@ -369,7 +372,9 @@ class Loader:
         if self._collate_fn:
             return (b["__collated__"] for b in self._inner)
         if self._source.format != "python":
-            return cast(Iterator[Any], self._inner)
+            # iter(): a new pass (the engine's __iter__ starts the next epoch when the last
+            # one's batches were all delivered).
+            return cast(Iterator[Any], iter(self._inner))
         return (self._rebuild(b) for b in self._inner)
 
     def _rebuild(self, batch: Dict[str, Any]) -> Any:
@@ -404,8 +409,27 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Moves to the start of ``epoch``; the current epoch keeps its position (so calling it
-        at the top of an epoch loop is safe after ``load_state_dict``)."""
+        at the top of an epoch loop is safe after ``load_state_dict``). Calling it is optional:
+        an epoch is over as soon as its last batch is delivered, and the next ``iter()`` reads
+        the next epoch. See ``sampler`` for ``DistributedSampler.set_epoch``'s contract."""
         self._inner.set_epoch(epoch)
+
+    @property
+    def sampler(self) -> "EpochSampler":
+        """What frameworks that drive a ``DataLoader``'s sampler talk to (Lightning's loops
+        call ``loader.sampler.set_epoch(epoch)`` before each training epoch and each
+        validation run). Its ``set_epoch`` has ``DistributedSampler.set_epoch``'s contract:
+        the next pass is the whole of that epoch, from its start (a validation after a sanity
+        check of two batches sees the whole set; a training epoch cut short by
+        ``limit_train_batches`` does not leak into the next), except right after
+        ``load_state_dict``, whose position is kept for the epoch it names."""
+        return EpochSampler(self)
+
+    @property
+    def batch_sampler(self) -> None:
+        """None: chute makes its own batches (``DataLoader``'s attribute, read by frameworks
+        that look for a sampler through it)."""
+        return None
 
     # State ---------------------------------------------------------------------------------
 
@@ -419,6 +443,7 @@ class Loader:
         file written by ``chute bench --save-state-at``). Raises ``chute.StateError`` for a
         state of another dataset, seed, shuffle mode or format version."""
         self._inner.load_state_dict(state_dict)
+        self._restored = self._inner.state_dict()
 
     # Figures and settings ------------------------------------------------------------------
 
@@ -441,9 +466,14 @@ class Loader:
         - ``wait_histogram``: ``buckets`` of ``[upper bound in seconds, batches]``
           (cumulative), ``count``, ``sum``;
         - ``source``: the source's own figures (a mixture's samples per component against its
-          target), when it has any.
+          target), when it has any;
+        - ``rank``, ``world_size``: this process's share, and ``rank_from`` where they came
+          from (``"arguments"``, ``"torch.distributed"``, ``"RANK/WORLD_SIZE"``, ``"SLURM"``
+          or ``"default"``).
         """
-        return self._inner.stats()
+        s = self._inner.stats()
+        s["rank"], s["world_size"], s["rank_from"] = self.rank, self.world_size, self.rank_from
+        return s
 
     def doctor(
         self,
@@ -562,6 +592,26 @@ class Loader:
         ``num_workers=0`` (chute has its own workers). ``state_dict``/``load_state_dict`` pass
         through to the loader."""
         return _torch_dataset_class()(self)
+
+
+class EpochSampler:
+    """``loader.sampler``: a loader's epochs as ``DistributedSampler.set_epoch`` drives them
+    (see ``Loader.sampler``). Not a sampler of indices: chute orders its own samples."""
+
+    def __init__(self, loader: Loader) -> None:
+        self.loader = loader
+
+    def set_epoch(self, epoch: int) -> None:
+        loader = self.loader
+        restored = loader._restored
+        if restored is not None and restored == loader._inner.state_dict():
+            if int(restored["epoch"]) == int(epoch):
+                return  # resumed: continue where the checkpoint was taken
+        loader._restored = None
+        if int(epoch) == loader.epoch:
+            # The whole epoch, from its start, whatever an earlier pass left of it.
+            loader._inner.set_epoch(int(epoch) + 1)
+        loader._inner.set_epoch(int(epoch))
 
 
 def _refuse_dataloader_only(sampler: Any, batch_sampler: Any, context: Any) -> None:
@@ -710,6 +760,58 @@ def _per_rank_batch(batch_size: Optional[int], global_batch: Optional[int], worl
             f"world_size = {world} ranks; use a multiple of the world size"
         )
     return global_batch // max(int(world), 1)
+
+
+def _find_rank(
+    rank: Optional[int], world_size: Optional[int]
+) -> Tuple[int, int, str]:
+    """This process's rank and the world size, found as the launchers set them, and where
+    they came from: the arguments; an initialized ``torch.distributed`` process group
+    (Lightning, any launcher); torchrun's and accelerate's ``RANK`` / ``WORLD_SIZE``; SLURM's
+    ``SLURM_PROCID`` / ``SLURM_NTASKS`` where nothing else is set; else 0 of 1. A world size
+    above 1 with no way to tell the rank is an error, never a silent rank 0."""
+    if rank is not None and world_size is not None:
+        return rank, world_size, "arguments"
+    found: Optional[Tuple[int, int, str]] = None
+    dist = sys.modules.get("torch.distributed")  # never imports torch
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            found = (int(dist.get_rank()), int(dist.get_world_size()), "torch.distributed")
+    except Exception:  # a half-built process group: fall back to the environment
+        found = None
+    if found is None:
+        env_rank = _env_int("RANK", minimum=0)
+        env_world = _env_int("WORLD_SIZE", minimum=1)
+        if env_rank is not None or env_world is not None:
+            if env_rank is None and (env_world or 1) > 1 and rank is None:
+                raise ConfigError(
+                    f"WORLD_SIZE={env_world} is set but RANK is not, so this process's share "
+                    "cannot be told (Lightning's launcher sets only LOCAL_RANK and NODE_RANK): "
+                    "build the loader once torch.distributed is initialized (in a "
+                    "LightningModule's or DataModule's train_dataloader()), or pass rank= and "
+                    "world_size="
+                )
+            found = (env_rank or 0, env_world or 1, "RANK/WORLD_SIZE")
+    if found is None:
+        slurm_rank = _env_int("SLURM_PROCID", minimum=0)
+        slurm_world = _env_int("SLURM_STEP_NUM_TASKS", minimum=1) or _env_int(
+            "SLURM_NTASKS", minimum=1
+        )
+        if slurm_rank is not None and slurm_world is not None:
+            found = (slurm_rank, slurm_world, "SLURM")
+    if found is None:
+        found = (0, 1, "default")
+    if rank is not None:
+        return rank, found[1], "arguments"
+    if world_size is not None:
+        if found[2] == "default" and world_size > 1:
+            raise ConfigError(
+                f"world_size={world_size} was given but not rank=, and neither "
+                "torch.distributed nor the environment (RANK, SLURM_PROCID) tells this "
+                "process's rank: pass rank= too"
+            )
+        return found[0], world_size, "arguments"
+    return found
 
 
 def _env_int(name: str, *, minimum: int) -> Optional[int]:
@@ -934,6 +1036,50 @@ def _at_exit() -> None:
     _chute.shutdown()
     for loader in list(_live):
         loader.release()
+    _settle_native_threads()
+
+
+def _runnable_threads() -> Optional[int]:
+    """Threads of this process other than the calling one that are running or runnable
+    (Linux's /proc/self/task; None where it cannot be read)."""
+    me = threading.get_native_id()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for tid in tasks:
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended meanwhile
+        # "pid (comm) S ...": the state follows the last ')' (comm may hold one).
+        state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
+        n += state == b"R"
+    return n
+
+
+def _settle_native_threads(limit: float = 0.25) -> None:
+    """Lets other native threads finish what they are doing with Python objects while the
+    interpreter still accepts them (RELIABILITY.md, "Exit"): the GIL is released in short
+    sleeps until no other thread of the process is running or runnable (at most ``limit``
+    seconds). Once the interpreter starts finalizing, Python 3.11 to 3.13 end any thread that
+    takes the GIL with ``pthread_exit``, whose forced unwinding through a C++ destructor is
+    ``std::terminate``: SIGABRT, "terminate called without an active exception". torch's
+    gloo workers drop finished collectives (and the Python objects their captured thread-local
+    state holds) just after the caller has been woken, so a job whose last collective
+    completes as ``main()`` returns would otherwise abort now and then."""
+    if _runnable_threads() is None:
+        time.sleep(0.02)  # not Linux: a fixed pause does most of it
+        return
+    deadline = time.monotonic() + limit
+    quiet = 0
+    while time.monotonic() < deadline and quiet < 2:
+        time.sleep(0.002)  # the GIL is free: a thread waiting for it gets it now
+        quiet = quiet + 1 if _runnable_threads() == 0 else 0
 
 
 atexit.register(_at_exit)

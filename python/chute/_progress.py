@@ -19,7 +19,10 @@ def _figures(stats: Callable[[], Dict[str, Any]]) -> str:
     window = s.get("window") or s
     rate = float(window.get("samples_per_sec", 0.0))
     wait = float(window.get("wait_fraction", 0.0))
-    return f"{rate:,.0f} samples/s, waited {wait * 100:.0f}%"
+    figures = f"{rate:,.0f} samples/s, waited {wait * 100:.0f}%"
+    if int(s.get("world_size", 1)) > 1:
+        figures += f", rank {s['rank']}/{s['world_size']}"
+    return figures
 
 
 def bar(

@@ -234,12 +234,16 @@ impl Loader {
         })
     }
 
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
+    /// A new pass: the rest of the current epoch, or the next epoch when the last one's
+    /// batches were all delivered (a consumer that took exactly `len(loader)` batches gets a
+    /// full next epoch, not an empty one).
+    fn __iter__(mut slf: PyRefMut<'_, Self>) -> PyResult<PyRefMut<'_, Self>> {
+        slf.loader()?.begin_pass();
+        Ok(slf)
     }
 
-    /// The next batch of the epoch; `StopIteration` at its end (the loader then stands at
-    /// the start of the next epoch).
+    /// The next batch of the epoch; `StopIteration` at its end. The loader stands at the start
+    /// of the next epoch as soon as an epoch's last batch is delivered.
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let timeout = self.timeout;
         let started = std::time::Instant::now();

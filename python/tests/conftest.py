@@ -49,9 +49,14 @@ def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.Comple
     return proc
 
 
+# What launchers set to tell a process its rank (torchrun, Lightning, SLURM).
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                 "SLURM_STEP_NUM_TASKS")
+
+
 def clean_env() -> Dict[str, str]:
     env = dict(os.environ)
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "CHUTE_CUDART"):
+    for k in LAUNCHER_VARS + ("CHUTE_CUDART",):
         env.pop(k, None)
     return env
 
@@ -59,7 +64,7 @@ def clean_env() -> Dict[str, str]:
 @pytest.fixture(autouse=True)
 def no_torchrun_env(monkeypatch):
     """Tests choose their own rank; a CI runner's RANK/WORLD_SIZE must not leak in."""
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+    for k in LAUNCHER_VARS:
         monkeypatch.delenv(k, raising=False)
 
 

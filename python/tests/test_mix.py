@@ -127,8 +127,16 @@ def test_nested_mixtures_policies_and_errors(three, tmp_path):
     assert comps == {0, 1, 2}
     first = chute.mix({"web": srcs["web"], "math": srcs["math"]}, policy="stop_on_first")
     assert len(first) == 24  # math (12) runs out after 24 positions at half the draws
-    with pytest.raises(chute.ConfigError, match="mixture orders its own samples"):
-        chute.Loader(outer, shuffle=True)
+    # DataLoader's shuffle=True habit agrees with a mixture that shuffles its components:
+    # the same batches (and states) as the loader's shuffle off.
+    on = [origin(b) for b in chute.Loader(outer, batch_size=10, shuffle=True)]
+    assert on == [origin(b) for b in chute.Loader(outer, batch_size=10)]
+    with pytest.raises(chute.ConfigError, match="orders its own samples.*chute.mix"):
+        chute.Loader(outer, shuffle="block:2")
+    ordered = chute.mix({"web": srcs["web"], "math": srcs["math"]}, shuffle={"web": True,
+                                                                              "math": False})
+    with pytest.raises(chute.ConfigError, match='keeps component "math" in order'):
+        chute.Loader(ordered, shuffle=True)
     with pytest.raises(chute.ConfigError, match="no weight for 'math'"):
         chute.mix(srcs, weights={"web": 1, "code": 1})
     with pytest.raises(chute.ConfigError, match="cycle needs samples_per_epoch"):

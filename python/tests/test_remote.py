@@ -1,14 +1,18 @@
 """Shards by URL: nginx and the fault proxy that scripts/test.sh starts when
 CHUTE_TEST_SERVERS=1 (as .ci/run does); without them these tests skip, saying so."""
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import chute
+from conftest import clean_env
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
 HTTP_DIR = os.environ.get("CHUTE_TEST_HTTP_DIR")
@@ -116,3 +120,40 @@ def test_token_files_by_url_are_downloaded_whole_and_read_as_local(tmp_path):
         remote = chute.tokens(f"{base}/{name}/tokens.bin", seq_len=32)
         assert len(remote) == len(local)
         assert batches(remote, shuffle=True, seed=5) == batches(local, shuffle=True, seed=5)
+
+
+def test_a_loader_counts_its_own_remote_reads_cache_hits_included(tmp_path):
+    # A second run served from the node-local cache: the shards come from the cache when the
+    # source is opened (before any loader exists), and the loader that reads them must count
+    # them in every view, as the process does, and so must its Prometheus series.
+    shards = sorted((TESTDATA / "webdataset").glob("wds-shard-*.tar"))
+    name = publish("py_wds_counts", shards)
+    code = f"""
+import json, sys, urllib.request
+import chute
+chute.set_remote_options(cache_dir={str(tmp_path / 'cache')!r})
+source = chute.webdataset("{HTTP_URL}/{name}/wds-shard-{{000000..000001}}.tar")
+loader = chute.Loader(source, batch_size=2, num_workers=2, shuffle=True)
+port = chute.serve_metrics(0)
+for _ in loader:
+    pass
+s = loader.stats()
+page = urllib.request.urlopen(f"http://127.0.0.1:{{port}}/metrics").read().decode()
+series = [l for l in page.splitlines() if l.startswith("chute_remote_cache_hits_total")]
+print(json.dumps({{"process": chute.io_stats(), "loader": s["remote"],
+                  "window": s["window"]["remote"], "last_epoch": s["last_epoch"]["remote"],
+                  "series": series}}))
+"""
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, env=clean_env())
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first, second = runs
+    assert first["process"]["shards_fetched"] == 2 and first["loader"] == first["process"]
+    assert second["process"]["cache_hits"] == 2 and second["process"]["shards_fetched"] == 0
+    for view in ("loader", "window", "last_epoch"):
+        assert second[view]["cache_hits"] == 2, (view, second)
+    assert second["loader"] == second["process"]
+    assert second["series"] and all(line.endswith(" 2") for line in second["series"])

@@ -92,8 +92,8 @@ impl LoaderArgs {
         let workers = self
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-        let mixture = source.manifest().format == chute::core::mixture::MIXTURE_FORMAT;
-        let shuffle = self.shuffle.unwrap_or(if mixture {
+        let orders_itself = source.own_order().is_some();
+        let shuffle = self.shuffle.unwrap_or(if orders_itself {
             Shuffle::None
         } else {
             Shuffle::Global

@@ -96,6 +96,18 @@ pub enum Counter {
 }
 
 impl IoSnapshot {
+    /// Each counter of `self` plus the one of `other` (a source made of several: a mixture).
+    pub fn plus(&self, other: &IoSnapshot) -> IoSnapshot {
+        IoSnapshot {
+            bytes_fetched: self.bytes_fetched.saturating_add(other.bytes_fetched),
+            requests: self.requests.saturating_add(other.requests),
+            retries: self.retries.saturating_add(other.retries),
+            cache_hits: self.cache_hits.saturating_add(other.cache_hits),
+            shards_fetched: self.shards_fetched.saturating_add(other.shards_fetched),
+            failures: self.failures.saturating_add(other.failures),
+        }
+    }
+
     /// Each counter of `self` minus the one of `earlier` (zero where it was larger).
     pub fn since(&self, earlier: &IoSnapshot) -> IoSnapshot {
         IoSnapshot {

@@ -73,7 +73,9 @@ pub use mixture::{Component, MixMode, Mixture, MixtureBuilder, Policy};
 pub use plan::{MAX_WORLD_SIZE, Permutation, Plan, PlanConfig, Shuffle};
 pub use rng::{SampleRng, derive_key, mix64};
 pub use sample::{Array, Field, FieldName, Sample};
-pub use source::{FnSource, SAMPLES_PER_VIRTUAL_SHARD, Source, VecSource, virtual_manifest};
+pub use source::{
+    FnSource, OwnOrder, SAMPLES_PER_VIRTUAL_SHARD, Source, VecSource, virtual_manifest,
+};
 pub use state::{STATE_VERSION, State};
 pub use tensor::Tensor;
 pub use transform::{Cast, Compose, Rename, Select, Slot, Transform};

@@ -1692,6 +1692,36 @@ impl Source for Mixture {
         Some(serde_json::json!({ "components": self.served() }))
     }
 
+    /// A mixture orders its samples: each component by its own shuffle mode.
+    fn own_order(&self) -> Option<crate::source::OwnOrder> {
+        Some(crate::source::OwnOrder {
+            unshuffled: self
+                .components
+                .iter()
+                .filter(|c| c.shuffle == Shuffle::None)
+                .map(|c| format!("component {:?}", c.name))
+                .collect(),
+            setting: "the mixture's shuffle (chute.mix(..., shuffle=...), or a component's \
+                      \"shuffle\" in a mixture file)"
+                .into(),
+        })
+    }
+
+    fn definition_parts(&self) -> Option<BTreeMap<String, String>> {
+        part_fingerprints(&self.manifest)
+    }
+
+    /// The components' counters added up (`None` when none of them keeps any).
+    fn remote_io(&self) -> Option<crate::iostats::IoSnapshot> {
+        self.components
+            .iter()
+            .filter_map(|c| match &c.inner {
+                Inner::Source(s) => s.remote_io(),
+                Inner::Mixture(m) => m.remote_io(),
+            })
+            .reduce(|a, b| a.plus(&b))
+    }
+
     /// The columnar path when every component is a plain source with one (no transforms, no
     /// nested mixtures): each component collates its rows of the batch, and the rows are
     /// interleaved back into batch order. `None` (the sample-by-sample path) otherwise.

@@ -1,10 +1,13 @@
 //! [`Source`]: what the engine reads samples from.
 
+use std::collections::BTreeMap;
+
 use crate::batch::Column;
 use crate::buffer::BufferPool;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
+use crate::iostats::IoSnapshot;
 use crate::manifest::Manifest;
-use crate::plan::Plan;
+use crate::plan::{Plan, Shuffle};
 use crate::sample::Sample;
 
 /// A dataset with random access by global sample id.
@@ -62,6 +65,70 @@ pub trait Source: Send + Sync + 'static {
     fn stats(&self) -> Option<serde_json::Value> {
         None
     }
+
+    /// `Some` for a source that orders its own samples (its definition says how each of its
+    /// parts is shuffled): the loader then keeps its plan in order, accepts `shuffle` only
+    /// where it agrees with the source's own order, and refuses a contradiction with the
+    /// message the [`OwnOrder`] gives. `None` (the default): the loader's shuffle orders it.
+    fn own_order(&self) -> Option<OwnOrder> {
+        None
+    }
+
+    /// A fingerprint of each part of the source's definition (for a mixture: `weights`,
+    /// `components`, `seeds`, ...), kept in its loader's states so that a state of another
+    /// definition is refused with the parts that differ named. `None` (the default) for a
+    /// source whose manifest fingerprint says all.
+    fn definition_parts(&self) -> Option<BTreeMap<String, String>> {
+        None
+    }
+
+    /// What reading this source's remote shards has cost since it was opened (its opening
+    /// included: the HEAD requests, index reads, cache hits): what its loaders report as
+    /// their `remote` figures. `None` (the default) for a source that keeps no counters of
+    /// its own; its loaders then report the process's remote reads since they were built.
+    fn remote_io(&self) -> Option<IoSnapshot> {
+        None
+    }
+}
+
+/// How a source that orders its own samples orders them (see [`Source::own_order`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnOrder {
+    /// The parts the source leaves in order (unshuffled); empty when it shuffles all of them.
+    pub unshuffled: Vec<String>,
+    /// What the user changes to shuffle or order the source itself, for error messages
+    /// (e.g. "the mixture's shuffle (chute.mix(..., shuffle=...))").
+    pub setting: String,
+}
+
+impl OwnOrder {
+    /// The loader's plan shuffle for a loader asked for `shuffle`: [`Shuffle::None`] where
+    /// the request agrees with the source's own order (off, or `global` when the source
+    /// shuffles every part: DataLoader's `shuffle=True` habit), else an error naming the
+    /// setting to change.
+    pub fn plan_shuffle(&self, shuffle: Shuffle) -> Result<Shuffle, ConfigError> {
+        match shuffle {
+            Shuffle::None => Ok(Shuffle::None),
+            Shuffle::Global if self.unshuffled.is_empty() => Ok(Shuffle::None),
+            Shuffle::Global => Err(ConfigError::new(
+                "shuffle",
+                format!(
+                    "global asks for shuffled samples, but this source orders its own and keeps \
+                     {} in order: shuffle them with {}, or leave the loader's shuffle off",
+                    self.unshuffled.join(", "),
+                    self.setting
+                ),
+            )),
+            other => Err(ConfigError::new(
+                "shuffle",
+                format!(
+                    "{other}: this source orders its own samples; set how each part is \
+                     shuffled with {}, and leave the loader's shuffle off (or true)",
+                    self.setting
+                ),
+            )),
+        }
+    }
 }
 
 // Forwards every method, defaults included: a method left out would silently fall back to
@@ -99,6 +166,18 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
 
     fn stats(&self) -> Option<serde_json::Value> {
         (**self).stats()
+    }
+
+    fn own_order(&self) -> Option<OwnOrder> {
+        (**self).own_order()
+    }
+
+    fn definition_parts(&self) -> Option<BTreeMap<String, String>> {
+        (**self).definition_parts()
+    }
+
+    fn remote_io(&self) -> Option<IoSnapshot> {
+        (**self).remote_io()
     }
 }
 
@@ -265,5 +344,24 @@ mod tests {
             assert_eq!(x.data, y.data);
         }
         assert!(v.read(5).unwrap_err().to_string().contains("sample 5 of 5"));
+    }
+
+    #[test]
+    fn own_order_takes_an_agreeing_shuffle_and_names_what_contradicts_it() {
+        let all = OwnOrder {
+            unshuffled: vec![],
+            setting: "the mixture's shuffle".into(),
+        };
+        assert_eq!(all.plan_shuffle(Shuffle::None).unwrap(), Shuffle::None);
+        assert_eq!(all.plan_shuffle(Shuffle::Global).unwrap(), Shuffle::None);
+        let e = all.plan_shuffle(Shuffle::block()).unwrap_err().to_string();
+        assert!(e.contains("shuffle") && e.contains("the mixture's shuffle"), "{e}");
+        let some = OwnOrder {
+            unshuffled: vec!["component \"math\"".into()],
+            ..all
+        };
+        let e = some.plan_shuffle(Shuffle::Global).unwrap_err().to_string();
+        assert!(e.contains("keeps component \"math\" in order"), "{e}");
+        assert_eq!(some.plan_shuffle(Shuffle::None).unwrap(), Shuffle::None);
     }
 }

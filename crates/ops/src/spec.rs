@@ -804,6 +804,43 @@ pub(crate) mod tests {
         assert!(e.contains("a label is text digits or one integer"), "{e}");
     }
 
+    /// A file's bytes held as a one-dimensional uint8 array (`numpy.frombuffer`) are encoded
+    /// bytes, as `bytes` are; other arrays are refused saying what the op takes.
+    #[test]
+    fn decode_takes_bytes_held_as_a_uint8_array() {
+        let p = Pipeline::from_json(IMAGENET).unwrap();
+        let jpg = jpeg(60, 80);
+        let pixels = |s: &Sample| match s.get("image") {
+            Some(Field::Array(a)) => a.data.clone(),
+            other => panic!("{other:?}"),
+        };
+        let as_bytes = {
+            let mut s = sample(jpg.clone());
+            p.apply(&mut s, &mut SampleRng::for_sample(1, 0, 5)).unwrap();
+            pixels(&s)
+        };
+        let n = jpg.len();
+        let array = chute_core::Array::new(DType::U8, vec![n], jpg.into());
+        let mut s = Sample::new(5)
+            .with("jpg", Field::Array(array))
+            .with("cls", Field::Bytes(Bytes::from_static(b"7\n")));
+        p.apply(&mut s, &mut SampleRng::for_sample(1, 0, 5)).unwrap();
+        assert_eq!(pixels(&s), as_bytes, "the same pixels as from bytes");
+
+        let decode = Pipeline::from_json(r#"{"jpg": [{"op": "decode"}]}"#).unwrap();
+        let floats = chute_core::Array::new(DType::F32, vec![2, 2], vec![0u8; 16].into());
+        let mut s = Sample::new(0).with("jpg", Field::Array(floats));
+        let e = decode
+            .apply(&mut s, &mut SampleRng::for_sample(1, 0, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("takes encoded bytes") && e.contains("float32 array of shape [2, 2]"),
+            "{e}"
+        );
+        assert!(!e.contains("a bug"), "{e}");
+    }
+
     #[test]
     fn randomness_comes_from_the_sample_rng_only() {
         let p = Pipeline::from_json(IMAGENET).unwrap();

@@ -12,7 +12,7 @@ use chute_core::{
 use chute_core::{Compose, Transform};
 
 use crate::pinned::cuda_host_allocator;
-use crate::stats::{Stats, StatsSnapshot};
+use crate::stats::{RemoteCounts, Stats, StatsSnapshot};
 use crate::workers::{Job, Polled, Run};
 
 /// Options of a [`Loader`], with `torch.utils.data.DataLoader`'s names and meanings where
@@ -234,19 +234,13 @@ impl LoaderBuilder {
                 "must be longer than zero (the default is 10 seconds)",
             ));
         }
-        if self.source.manifest().format == chute_core::mixture::MIXTURE_FORMAT
-            && o.shuffle != Shuffle::None
-        {
-            return Err(ConfigError::new(
-                "shuffle",
-                format!(
-                    "{} on a mixture: a mixture orders its own samples (each component is \
-                     shuffled by its own shuffle mode, set on the mixture); leave the loader's \
-                     shuffle off",
-                    o.shuffle
-                ),
-            ));
-        }
+        // A source that orders itself (see `Source::own_order`) keeps the plan in order; a
+        // loader shuffle that agrees with its own order (DataLoader's `shuffle=True` habit)
+        // is accepted as the plan's `none`, so states and order are those of shuffle off.
+        let plan_shuffle = match self.source.own_order() {
+            Some(order) => order.plan_shuffle(o.shuffle)?,
+            None => o.shuffle,
+        };
         let (pool, pin_memory_fallback) = if o.pin_memory {
             match cuda_host_allocator() {
                 Ok(a) => (BufferPool::with_allocator(POOL_IDLE, a), None),
@@ -255,14 +249,14 @@ impl LoaderBuilder {
         } else {
             (BufferPool::new(POOL_IDLE), None)
         };
-        let stats = Arc::new(Stats::new(o.stats_window));
+        let stats = Arc::new(Stats::new(o.stats_window, RemoteCounts::of(&self.source)));
         let loader = Loader {
             plan_cfg: PlanConfig {
                 seed: o.seed,
                 epoch: o.epoch,
                 rank: o.rank,
                 world_size: o.world_size,
-                shuffle: o.shuffle,
+                shuffle: plan_shuffle,
                 batch_size: o.batch_size as u64,
                 drop_last: o.drop_last,
                 start: 0,
@@ -279,6 +273,7 @@ impl LoaderBuilder {
             stats,
             run: None,
             pending_wait: Duration::ZERO,
+            end_pending: false,
         };
         // Validates rank/world_size/shuffle against the manifest up front.
         loader.plan()?;
@@ -293,8 +288,12 @@ impl LoaderBuilder {
 
 /// A deterministic, resumable, parallel batch loader over a [`Source`].
 ///
-/// Iterating yields the batches of the current epoch, then `None` once, after which the
-/// loader stands at the start of the next epoch (so `for batch in &mut loader` is one epoch).
+/// Iterating yields the batches of the current epoch, then `None` once (so `for batch in &mut
+/// loader` is one epoch). An epoch is over as soon as its last batch is delivered: from then
+/// on [`epoch`](Loader::epoch) and [`state`](Loader::state) name the next epoch, and a consumer
+/// that took exactly [`len`](Loader::len) batches and never asked for the `None` starts the
+/// next epoch by calling [`begin_pass`](Loader::begin_pass) (what Python's `iter(loader)`
+/// does) instead of getting an empty one.
 /// The stream is a pure function of the source's manifest and the options: identical for any
 /// `num_workers` and `prefetch`.
 ///
@@ -316,6 +315,10 @@ pub struct Loader {
     run: Option<Run>,
     /// Time waited in `next_timeout` calls that returned pending since the last batch.
     pending_wait: Duration,
+    /// The epoch before the current one ended with its last batch and its closing `None` has
+    /// not been returned yet: the next `next()` returns it (unless [`Loader::begin_pass`]
+    /// says a new pass over the data begins).
+    end_pending: bool,
 }
 
 /// Idle buffers a loader's pool keeps for reuse.
@@ -399,7 +402,11 @@ impl Loader {
 
     /// Moves to the start of epoch `epoch`. Setting the epoch the loader is already in keeps
     /// its position, so `set_epoch(e)` at the top of an epoch loop is safe after a restore.
+    ///
+    /// As with `DistributedSampler.set_epoch`, the epoch set is the one the next pass reads;
+    /// calling it is optional (each finished epoch moves the loader to the next one).
     pub fn set_epoch(&mut self, epoch: u64) {
+        self.end_pending = false;
         if epoch != self.plan_cfg.epoch {
             self.run = None;
             self.pending_wait = Duration::ZERO;
@@ -408,10 +415,11 @@ impl Loader {
         }
     }
 
-    /// For a mixture, a fingerprint of each part of its definition, and the batch size (its
-    /// batches are stratified for it): what its states carry and are checked against.
-    fn mixture_parts(&self) -> Option<std::collections::BTreeMap<String, String>> {
-        let mut parts = chute_core::mixture::part_fingerprints(self.source.manifest())?;
+    /// For a source with a definition of parts (`Source::definition_parts`), a fingerprint
+    /// of each part, and the batch size (its batches may be stratified for it): what its
+    /// states carry and are checked against.
+    fn definition_parts(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        let mut parts = self.source.definition_parts()?;
         parts.insert("batch_size".into(), self.plan_cfg.batch_size.to_string());
         Some(parts)
     }
@@ -439,7 +447,7 @@ impl Loader {
             drop_last: self.plan_cfg.drop_last,
             world_size: self.plan_cfg.world_size,
             shuffle: self.plan_cfg.shuffle,
-            parts: self.mixture_parts().unwrap_or_default(),
+            parts: self.definition_parts().unwrap_or_default(),
         }
     }
 
@@ -459,7 +467,7 @@ impl Loader {
                 supported: STATE_VERSION,
             });
         }
-        if let Some(parts) = self.mixture_parts()
+        if let Some(parts) = self.definition_parts()
             && !state.parts.is_empty()
             && state.parts != parts
         {
@@ -542,6 +550,7 @@ impl Loader {
         }
         self.run = None;
         self.pending_wait = Duration::ZERO;
+        self.end_pending = false;
         self.plan_cfg = cfg;
         if state.world_size != self.plan_cfg.world_size && plan.is_empty() {
             // The old ranks had read everything (or left less than a batch per new rank,
@@ -582,7 +591,10 @@ impl Loader {
         let old = Arc::as_ptr(&self.stats);
         std::mem::forget(std::mem::replace(
             &mut self.stats,
-            Arc::new(Stats::new(self.options.stats_window)),
+            Arc::new(Stats::new(
+                self.options.stats_window,
+                RemoteCounts::of(&self.source),
+            )),
         ));
         self.pending_wait = Duration::ZERO;
         crate::metrics::register_after_fork(self, old);
@@ -630,14 +642,21 @@ impl Loader {
         Ok(())
     }
 
-    /// Ends the epoch: `None` once, then the loader stands at the next epoch.
-    fn end_epoch(&mut self) -> Option<Result<Batch, Error>> {
+    /// A new pass over the data begins (Python's `iter(loader)`): if the last epoch ended
+    /// with its last batch and the consumer never asked for the `None` after it, that `None`
+    /// is not returned, so the pass reads the next epoch instead of an empty one. A pass
+    /// that stopped early (batches left) continues the epoch, as before.
+    pub fn begin_pass(&mut self) {
+        self.end_pending = false;
+    }
+
+    /// Ends the epoch: the loader stands at the start of the next one.
+    fn end_epoch(&mut self) {
         self.run = None;
         self.pending_wait = Duration::ZERO;
         self.stats.epoch_ended();
         self.plan_cfg.epoch += 1;
         self.rewind();
-        None
     }
 
     /// To the start of the current epoch's whole split.
@@ -658,9 +677,16 @@ impl Loader {
 
     fn poll(&mut self, timeout: Option<Duration>) -> Poll {
         let t0 = Instant::now();
+        if std::mem::take(&mut self.end_pending) {
+            return Poll::Ready(None);
+        }
         if self.run.is_none() {
             match self.plan() {
-                Ok(p) if self.delivered >= p.len() => return Poll::Ready(self.end_epoch()),
+                Ok(p) if self.delivered >= p.len() => {
+                    // An epoch with nothing (left) to read on this rank.
+                    self.end_epoch();
+                    return Poll::Ready(None);
+                }
                 Ok(_) => {}
                 Err(e) => return Poll::Ready(Some(Err(e.into()))),
             }
@@ -671,7 +697,10 @@ impl Loader {
         let run = self.run.as_mut().expect("run started above");
         let (b, result) = match run.next(timeout) {
             Polled::Ready(b, result) => (b, result),
-            Polled::Done => return Poll::Ready(self.end_epoch()),
+            Polled::Done => {
+                self.end_epoch();
+                return Poll::Ready(None);
+            }
             Polled::Pending => {
                 let waited = t0.elapsed();
                 self.stats.waited(waited);
@@ -681,6 +710,7 @@ impl Loader {
         };
         // A failed batch is consumed too (as in PyTorch), so the position stays exact.
         self.delivered = run.job().batch_range(b).1;
+        let last = self.delivered >= run.job().plan.len();
         let waited = t0.elapsed();
         self.stats.waited(waited);
         let wait = std::mem::take(&mut self.pending_wait) + waited;
@@ -689,6 +719,12 @@ impl Loader {
                 .stats
                 .delivered(batch.len() as u64, batch.nbytes() as u64, wait),
             Err(_) => self.stats.failed(wait),
+        }
+        if last {
+            // The epoch is over with its last batch: the next pass reads the next epoch,
+            // whether or not the consumer asks for the `None` that closes this one.
+            self.end_epoch();
+            self.end_pending = true;
         }
         Poll::Ready(Some(result))
     }

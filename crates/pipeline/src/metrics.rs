@@ -19,7 +19,7 @@
 //! | `chute_ready_batches`, `chute_inflight_batches`, `chute_queue_capacity_batches`, `chute_workers` | gauge | the queue now |
 //! | `chute_epoch` | gauge | the epoch being read |
 //! | `chute_window_samples_per_second`, `chute_window_wait_ratio` | gauge | over the loader's `stats_window` |
-//! | `chute_remote_bytes_total`, `_requests_total`, `_retries_total`, `_cache_hits_total`, `_shards_total`, `_failures_total` | counter | the process's remote reads since the loader was built |
+//! | `chute_remote_bytes_total`, `_requests_total`, `_retries_total`, `_cache_hits_total`, `_shards_total`, `_failures_total` | counter | the remote reads of the loader's source (as `stats()`'s `remote`) |
 //! | `chute_mixture_samples_total{component}`, `chute_mixture_target_ratio{component}` | counter, gauge | a mixture's samples per component and its target share |
 //!
 //! The server is bound to `127.0.0.1` unless another address is given; it answers `GET

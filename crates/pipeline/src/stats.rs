@@ -1,8 +1,8 @@
 //! Per-stage counters and the consumer's wait: "how long would the GPU have waited for data".
 //!
 //! Totals since the loader was built, the same over the last [`LoaderOptions::stats_window`]
-//! seconds and over the current and the last epoch, queue depths, the process's remote I/O
-//! and a histogram of each batch's wait. Workers add to atomics once per batch; the consumer
+//! seconds and over the current and the last epoch, queue depths, the remote I/O of the
+//! loader's source (see [`RemoteCounts`]) and a histogram of each batch's wait. Workers add to atomics once per batch; the consumer
 //! records a tick (a copy of the counters) at each delivery, keeping one per 1/50 of the
 //! window, so a window is the difference between now and the last tick before its start, and
 //! a snapshot costs about a microsecond.
@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use chute_core::Error;
+use std::sync::Arc;
+
 use chute_core::iostats::{IoSnapshot, io_stats};
+use chute_core::{Error, Source};
 use serde::Serialize;
 
 /// Live counters, shared by the workers and the consumer. Workers add per batch, not per
@@ -44,8 +46,8 @@ pub(crate) struct Stats {
     workers: AtomicU64,
     /// Batches whose wait fell at or under each of [`WAIT_BUCKETS`], and over the last.
     wait_buckets: [AtomicU64; WAIT_BUCKETS.len() + 1],
-    /// The process's remote I/O counters when the loader was built.
-    io_base: IoSnapshot,
+    /// Where the loader's remote I/O figures come from.
+    io: RemoteCounts,
     window: Duration,
     history: Mutex<History>,
 }
@@ -116,8 +118,41 @@ struct History {
     last_epoch: Option<Window>,
 }
 
+/// Where a loader's remote I/O figures come from: its source's own counters (every fetch,
+/// cache hit and retry of its shards since the source was opened, its opening included), or,
+/// for a source that keeps none, the process's counters since the loader was built.
+pub(crate) enum RemoteCounts {
+    Source(Arc<dyn Source>),
+    ProcessSince(IoSnapshot),
+}
+
+impl RemoteCounts {
+    pub(crate) fn of(source: &Arc<dyn Source>) -> RemoteCounts {
+        match source.remote_io() {
+            Some(_) => RemoteCounts::Source(Arc::clone(source)),
+            None => RemoteCounts::ProcessSince(io_stats()),
+        }
+    }
+
+    fn now(&self) -> IoSnapshot {
+        match self {
+            RemoteCounts::Source(s) => s.remote_io().unwrap_or_default(),
+            RemoteCounts::ProcessSince(base) => io_stats().since(base),
+        }
+    }
+}
+
+impl std::fmt::Debug for RemoteCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RemoteCounts::Source(_) => f.write_str("RemoteCounts::Source"),
+            RemoteCounts::ProcessSince(base) => write!(f, "RemoteCounts::ProcessSince({base:?})"),
+        }
+    }
+}
+
 impl Stats {
-    pub(crate) fn new(window: Duration) -> Self {
+    pub(crate) fn new(window: Duration, io: RemoteCounts) -> Self {
         let zero = Tick {
             at: 0,
             counters: Counters::default(),
@@ -140,7 +175,7 @@ impl Stats {
             capacity: AtomicU64::new(0),
             workers: AtomicU64::new(0),
             wait_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
-            io_base: io_stats(),
+            io,
             window: window.max(Duration::from_millis(1)),
             history: Mutex::new(History {
                 ticks: VecDeque::from([zero]),
@@ -298,7 +333,7 @@ impl Stats {
                     stage(&self.transform),
                     stage(&self.collate),
                 ],
-                io: io_stats().since(&self.io_base),
+                io: self.io.now(),
             },
         }
     }
@@ -496,8 +531,9 @@ pub struct StatsSnapshot {
     pub transform: StageStats,
     /// Copying samples into batch buffers (items are batches).
     pub collate: StageStats,
-    /// Remote reads of the whole process since the loader was built (bytes fetched,
-    /// requests, retries, shards served by the node-local cache...).
+    /// Remote reads of the loader's source since it was opened, its opening included (bytes
+    /// fetched, requests, retries, shards served by the node-local cache...); for a source
+    /// that keeps no counters of its own, the process's since the loader was built.
     pub remote: IoSnapshot,
     /// The length of `window` in seconds ([`LoaderOptions::stats_window`]).
     ///
@@ -555,7 +591,7 @@ pub struct Window {
     pub transform: StageStats,
     /// Collation (items are batches).
     pub collate: StageStats,
-    /// Remote reads of the process.
+    /// Remote reads of the loader's source (as [`StatsSnapshot::remote`]) in this span.
     pub remote: IoSnapshot,
     /// `remote.bytes_fetched / secs`.
     pub remote_bytes_per_sec: f64,

@@ -405,6 +405,10 @@ impl TfRecordSource {
 }
 
 impl Source for TfRecordSource {
+    fn remote_io(&self) -> Option<IoSnapshot> {
+        Some(self.io_stats())
+    }
+
     fn manifest(&self) -> &Manifest {
         &self.manifest
     }

@@ -107,6 +107,10 @@ impl WebDatasetSource {
 }
 
 impl Source for WebDatasetSource {
+    fn remote_io(&self) -> Option<IoSnapshot> {
+        Some(self.io_stats())
+    }
+
     fn manifest(&self) -> &Manifest {
         &self.manifest
     }

@@ -346,11 +346,53 @@ impl Step {
         }
     }
 
-    /// A value or slot this step was not compiled for.
+    /// A value or slot this step was not compiled for (a slot step without its slot: the
+    /// pipeline's own wiring).
     fn bug(&self) -> OpError {
         OpError::wrong_input(
             self.name(),
             "got a value it does not take (a bug: the pipeline was checked)",
+        )
+    }
+
+    /// True for steps that read encoded bytes (an image file, `.npy`, text, JSON).
+    fn takes_bytes(&self) -> bool {
+        #[cfg(feature = "tokenizers")]
+        if matches!(self, Step::Tokenize(_)) {
+            return true;
+        }
+        #[cfg(not(feature = "tokenizers"))]
+        if matches!(self, Step::Tokenize) {
+            return true;
+        }
+        matches!(
+            self,
+            Step::Decode { .. } | Step::DecodeRegion { .. } | Step::Npy | Step::Text | Step::Json
+        )
+    }
+
+    /// What a user gave that this step does not take: what it takes, what it got.
+    fn refuse(&self, got: &Value) -> OpError {
+        let got = match got {
+            Value::Bytes(_) => "bytes".to_string(),
+            Value::Text(_) => "text".to_string(),
+            Value::Image(img) => format!("a decoded image ({} x {})", img.height, img.width),
+            Value::Float { h, w, c, .. } => format!("a float32 image [{h}, {w}, {c}]"),
+            Value::Array(a) => format!("a {} array of shape {:?}", a.dtype, a.shape),
+            Value::InSlot => "a value already written to the batch".to_string(),
+        };
+        let takes = if self.takes_bytes() {
+            "encoded bytes (bytes, or a one-dimensional uint8 array)"
+        } else {
+            match self {
+                Step::Label => "a class label (text such as b\"3\", or an integer)",
+                Step::Cast(_) => "an array",
+                _ => "an image (after decode) or an array",
+            }
+        };
+        OpError::wrong_input(
+            self.name(),
+            format!("takes {takes}, got {got}: check the field's value and the order of its ops"),
         )
     }
 
@@ -362,6 +404,14 @@ impl Step {
         rng: &mut SampleRng,
         slot: Option<&mut [u8]>,
     ) -> Result<Value, OpError> {
+        // A one-dimensional uint8 array is a file's bytes to every user (numpy.frombuffer):
+        // encoded bytes, as `bytes` are.
+        let value = match value {
+            Value::Array(a) if self.takes_bytes() && a.dtype == DType::U8 && a.shape.len() == 1 => {
+                Value::Bytes(a.data)
+            }
+            v => v,
+        };
         Ok(match (self, value) {
             (Step::Decode { mode, max_pixels }, Value::Bytes(b)) => {
                 image::check_pixels(&b, image::image_size(&b)?, *max_pixels)?;
@@ -574,7 +624,7 @@ impl Step {
                     .map_err(|e| OpError::wrong_input("batch column", e.to_string()))?;
                 Value::InSlot
             }
-            (step, _) => return Err(step.bug()),
+            (step, value) => return Err(step.refuse(&value)),
         })
     }
 }

@@ -38,6 +38,37 @@ fn stream_is_identical_for_every_worker_count_and_prefetch_depth() {
 }
 
 #[test]
+fn an_epoch_ends_with_its_last_batch_and_a_new_pass_reads_the_next() {
+    let make = || {
+        Loader::builder(Synthetic::new(&[10, 7]))
+            .batch_size(4)
+            .shuffle(Shuffle::Global)
+            .seed(5)
+            .num_workers(2)
+            .build()
+            .unwrap()
+    };
+    let epoch = |l: &mut Loader| -> Vec<Vec<u64>> { l.map(|b| b.unwrap().ids).collect() };
+    let mut reference = make();
+    let whole: Vec<_> = (0..3).map(|_| epoch(&mut reference)).collect();
+
+    let mut loader = make();
+    let n = loader.len();
+    for (e, want) in whole.iter().enumerate() {
+        loader.begin_pass();
+        let got: Vec<_> = (0..n).map(|_| loader.next().unwrap().unwrap().ids).collect();
+        assert_eq!(&got, want, "epoch {e}: exactly len() batches");
+        // Over with its last batch: the epoch and the state name the next one already.
+        assert_eq!(loader.epoch(), e as u64 + 1);
+        assert_eq!((loader.state().epoch, loader.state().delivered), (e as u64 + 1, 0));
+    }
+    // Without a new pass, the consumer that asks gets the closing `None` once.
+    assert!(loader.next().is_none());
+    let head = reference.next().unwrap().unwrap().ids; // epoch 3's first batch
+    assert_eq!(loader.next().unwrap().unwrap().ids, head);
+}
+
+#[test]
 fn batches_hold_collated_rows_in_plan_order() {
     let mut loader = Loader::builder(Synthetic::new(&[10]))
         .batch_size(4)
