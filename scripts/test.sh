@@ -73,6 +73,14 @@ if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && ! .venv/bin/python -c "import torch" 2>/d
   .venv/bin/python -m pip install --quiet --disable-pip-version-check torch \
     || echo "warning: torch did not install; the torch tests will skip"
 fi
+# Lightning, Hugging Face transformers and accelerate (they need torch) for the framework
+# tests: Lightning's loops and DDP launcher, Trainer's checkpoints and resume, accelerate's
+# prepare and save_state. Best effort: without them those tests skip, saying so.
+if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev/null \
+  && ! .venv/bin/python -c "import lightning, transformers, accelerate" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check lightning transformers \
+    accelerate || echo "warning: lightning/transformers/accelerate did not install; their tests will skip"
+fi
 # Megatron-Core (it needs torch) for the byte-compatibility tests of Megatron indexed datasets.
 if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev/null \
   && ! .venv/bin/python -c "import megatron.core" 2>/dev/null; then

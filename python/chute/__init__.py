@@ -27,8 +27,12 @@ decoded bytes, Example features, tokenizer inputs, as PIL's ``MAX_IMAGE_PIXELS``
 ``doctor`` (which stage binds, and how many workers keep a step fed; returns a ``Diagnosis``)
 and ``serve_metrics`` (every loader's figures for Prometheus); ``Source``, ``Tensor`` and the
 exceptions
-``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``.
+``ChuteError``, ``ConfigError`` (a ``ValueError``), ``CorruptDataError``, ``StateError``;
+for Hugging Face: ``Trainer`` (a ``transformers.Trainer`` taking ``train_loader=``, resuming
+exactly; transformers is imported on first use), ``accelerate_prepare`` and ``hf_batch``.
 """
+
+from typing import Any
 
 from ._chute import (
     MegatronWriter,
@@ -47,6 +51,7 @@ from ._chute import (
     webdataset,
 )
 from ._errors import ChuteError, ConfigError, CorruptDataError, StateError
+from ._frameworks import accelerate_prepare, hf_batch
 from ._loader import Diagnosis, Loader, doctor, serve_metrics
 from ._mix import mix
 
@@ -61,9 +66,11 @@ __all__ = [
     "StateError",
     "Tensor",
     "__version__",
+    "accelerate_prepare",
     "arrow",
     "dataset",
     "doctor",
+    "hf_batch",
     "io_stats",
     "limits",
     "mix",
@@ -75,3 +82,14 @@ __all__ = [
     "tokens",
     "webdataset",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # chute.Trainer subclasses transformers.Trainer, so it is made on first use: importing
+    # chute must not import transformers (slow, and an optional dependency). For the same
+    # reason it is not in __all__: `from chute import *` would import it.
+    if name == "Trainer":
+        from ._frameworks import trainer_class
+
+        return trainer_class()
+    raise AttributeError(f"module 'chute' has no attribute {name!r}")

@@ -25,6 +25,7 @@ from typing import (
 import numpy
 
 from . import _chute, _progress
+from ._batch_format import BatchFormat, format_function
 from ._errors import ConfigError
 from ._iterable import IterableEngine as _IterableEngine
 
@@ -120,6 +121,10 @@ class Loader:
       happen to share a shape comes as one array), or zero-padded to the batch's largest shape
       in one array plus a ``"<name>_mask"`` bool array that is true where a value is real
       (``True``: every array field of one or more dimensions then has its mask, in every batch).
+    - ``batch_format``: ``"hf"`` gives token batches under the names Hugging Face models
+      take (``input_ids``, ``labels`` with -100 where no loss belongs, ``attention_mask`` for
+      padded rows, ``position_ids`` for packed ones: see ``chute.hf_batch``); a function of
+      the batch is applied to each; ``None`` (default) leaves batches as they are.
     - ``output``: ``"numpy"`` (default), ``"torch"`` (``torch.from_dlpack``), ``"jax"``
       (``jax.numpy.from_dlpack``) or ``"dlpack"`` (the ``chute.Tensor`` objects, which
       implement ``__dlpack__`` and ``__array_interface__``). All are zero-copy.
@@ -188,9 +193,11 @@ class Loader:
         name: Optional[str] = None,
         stats_window: float = 10.0,
         global_batch_size: Optional[int] = None,
+        batch_format: BatchFormat = None,
     ) -> None:
         _refuse_dataloader_only(sampler, batch_sampler, multiprocessing_context)
         self.progress = bool(progress)
+        self._batch_format = None if batch_format is None else format_function(batch_format)
         # The position load_state_dict() set, until a batch is taken (see `sampler`).
         self._restored: Optional[Dict[str, Any]] = None
         stream_shuffle = shuffle  # an iterable dataset's (a buffer), before it is normalized
@@ -358,6 +365,8 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         """The rest of the current epoch (from its start, unless resumed mid-epoch)."""
         batches = self._batches()
+        if self._batch_format is not None:
+            batches = map(self._batch_format, batches)
         if self.progress:
             try:
                 total = len(self)
@@ -374,7 +383,7 @@ class Loader:
         if self._source.format != "python":
             # iter(): a new pass (the engine's __iter__ starts the next epoch when the last
             # one's batches were all delivered).
-            return cast(Iterator[Any], iter(self._inner))
+            return iter(self._inner)
         return (self._rebuild(b) for b in self._inner)
 
     def _rebuild(self, batch: Dict[str, Any]) -> Any:
@@ -590,7 +599,11 @@ class Loader:
         of batches), for code that expects a dataset: use it with
         ``torch.utils.data.DataLoader(ds, batch_size=None)`` (chute batches already) and
         ``num_workers=0`` (chute has its own workers). ``state_dict``/``load_state_dict`` pass
-        through to the loader."""
+        through to the loader, but the ``DataLoader`` around it has none, so frameworks that
+        checkpoint a ``DataLoader`` cannot resume it mid-epoch. Not for
+        ``transformers.Trainer(train_dataset=...)`` (it would batch the batches) nor for
+        ``accelerator.prepare`` (it would split the rank's batches again): use the loader
+        itself in Lightning, ``chute.Trainer`` and ``chute.accelerate_prepare``."""
         return _torch_dataset_class()(self)
 
 

@@ -32,10 +32,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def torchrun_cmd(n: int, kind: str, data: str, out: Path) -> list:
+    """torchrun running dist_train.py on n processes."""
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}",
+            "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
+            str(HERE / "dist_train.py"), kind, data, str(out)]
+
+
 def torchrun(n: int, kind: str, data: str, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-           str(HERE / "dist_train.py"), kind, data, str(out)]
+    cmd = torchrun_cmd(n, kind, data, out)
     env = clean_env()
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)

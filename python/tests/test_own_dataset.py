@@ -283,6 +283,29 @@ def test_native_ops_decode_what_the_dataset_returns():
     assert a["jpg"].shape == (3, 32, 32, 3) and list(b["cls"]) == [3, 4, 5]
     assert abs(int(a["jpg"][1].mean()) - 20) <= 2
 
+    class Arrays(Jpegs):
+        """A file's bytes held as numpy.frombuffer's uint8 array: encoded bytes too."""
+
+        def __getitem__(self, i):
+            s = super().__getitem__(i)
+            return {"jpg": np.frombuffer(s["jpg"], np.uint8), "cls": s["cls"]}
+
+    for ops in ([{"op": "decode"}, {"op": "center_crop", "size": 32}],
+                [{"op": "decode"}, {"op": "random_resized_crop", "size": 16},
+                 {"op": "horizontal_flip"}]):
+        arrays = list(chute.Loader(Arrays(), batch_size=3, seed=1, transforms={"jpg": ops}))
+        same = list(chute.Loader(Jpegs(), batch_size=3, seed=1, transforms={"jpg": ops}))
+        for x, y in zip(arrays, same):
+            np.testing.assert_array_equal(x["jpg"], y["jpg"])
+    # An array that is not a file's bytes is refused saying what decode takes.
+    class Floats(Jpegs):
+        def __getitem__(self, i):
+            return {"jpg": np.zeros((4, 4), np.float32), "cls": i}
+
+    with pytest.raises(chute.CorruptDataError, match="takes encoded bytes.*float32") as e:
+        list(chute.Loader(Floats(), batch_size=3, transforms={"jpg": [{"op": "decode"}]}))
+    assert "a bug" not in str(e.value)
+
 
 # The seed document's class, unchanged but for _load_index, under its own DataLoader arguments.
 SEED = '''
