@@ -131,6 +131,29 @@ def test_limit_val_batches(tmp_path, data):
     assert model.validations == [list(range(24))] * 2
 
 
+class WithTest(Model):
+    """A test loader: each trainer.test() run records the ids it saw."""
+
+    def on_test_epoch_start(self):
+        self.validations.append([])
+
+    def test_step(self, batch, i):
+        self.validations[-1] += self.batch_ids(batch)
+
+    def test_dataloader(self):
+        return self.val_loader
+
+
+def test_test_dataloader_runs_whole_every_time(tmp_path, data):
+    model = WithTest(make_loader(data), make_loader(data, shuffle=False))
+    t = trainer(tmp_path)
+    t.test(model, verbose=False)
+    t.test(model, verbose=False)
+    trainer(tmp_path, limit_test_batches=2).test(model, verbose=False)
+    t.test(model, verbose=False)
+    assert model.validations == [list(range(N))] * 2 + [list(range(16))] + [list(range(N))]
+
+
 def test_mid_epoch_checkpoint_resumes_exactly(tmp_path, data):
     from lightning.pytorch.callbacks import ModelCheckpoint
 

@@ -355,7 +355,10 @@ mod tests {
         assert_eq!(all.plan_shuffle(Shuffle::None).unwrap(), Shuffle::None);
         assert_eq!(all.plan_shuffle(Shuffle::Global).unwrap(), Shuffle::None);
         let e = all.plan_shuffle(Shuffle::block()).unwrap_err().to_string();
-        assert!(e.contains("shuffle") && e.contains("the mixture's shuffle"), "{e}");
+        assert!(
+            e.contains("shuffle") && e.contains("the mixture's shuffle"),
+            "{e}"
+        );
         let some = OwnOrder {
             unshuffled: vec!["component \"math\"".into()],
             ..all

@@ -816,7 +816,8 @@ pub(crate) mod tests {
         };
         let as_bytes = {
             let mut s = sample(jpg.clone());
-            p.apply(&mut s, &mut SampleRng::for_sample(1, 0, 5)).unwrap();
+            p.apply(&mut s, &mut SampleRng::for_sample(1, 0, 5))
+                .unwrap();
             pixels(&s)
         };
         let n = jpg.len();
@@ -824,7 +825,8 @@ pub(crate) mod tests {
         let mut s = Sample::new(5)
             .with("jpg", Field::Array(array))
             .with("cls", Field::Bytes(Bytes::from_static(b"7\n")));
-        p.apply(&mut s, &mut SampleRng::for_sample(1, 0, 5)).unwrap();
+        p.apply(&mut s, &mut SampleRng::for_sample(1, 0, 5))
+            .unwrap();
         assert_eq!(pixels(&s), as_bytes, "the same pixels as from bytes");
 
         let decode = Pipeline::from_json(r#"{"jpg": [{"op": "decode"}]}"#).unwrap();

@@ -278,8 +278,10 @@ pub(super) fn tokenize_pair(
                 .map(str::to_owned)
                 .map_err(|source| OpError::NotUtf8 { source })
         };
-        let (Value::Bytes(b) | Value::Text(b)) = value else {
-            return Err(step.bug());
+        let b = match value {
+            Value::Bytes(b) | Value::Text(b) => b,
+            Value::Array(a) if a.dtype == DType::U8 && a.shape.len() == 1 => a.data,
+            other => return Err(step.refuse(&other)),
         };
         let response = text(&b)?;
         let prompt_text = match sample.get(prompt) {

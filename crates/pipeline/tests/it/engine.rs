@@ -56,11 +56,16 @@ fn an_epoch_ends_with_its_last_batch_and_a_new_pass_reads_the_next() {
     let n = loader.len();
     for (e, want) in whole.iter().enumerate() {
         loader.begin_pass();
-        let got: Vec<_> = (0..n).map(|_| loader.next().unwrap().unwrap().ids).collect();
+        let got: Vec<_> = (0..n)
+            .map(|_| loader.next().unwrap().unwrap().ids)
+            .collect();
         assert_eq!(&got, want, "epoch {e}: exactly len() batches");
         // Over with its last batch: the epoch and the state name the next one already.
         assert_eq!(loader.epoch(), e as u64 + 1);
-        assert_eq!((loader.state().epoch, loader.state().delivered), (e as u64 + 1, 0));
+        assert_eq!(
+            (loader.state().epoch, loader.state().delivered),
+            (e as u64 + 1, 0)
+        );
     }
     // Without a new pass, the consumer that asks gets the closing `None` once.
     assert!(loader.next().is_none());
