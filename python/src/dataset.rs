@@ -734,26 +734,7 @@ pub(crate) fn collate_samples<'py>(
         .map_err(crate::errors::to_py)?;
     let structure = view.structure(py).unwrap_or_else(|| py.None());
     Ok((
-        crate::loader::columns_to_dict(py, columns, output.as_ref())?,
+        crate::tensor::columns_to_dict(py, columns, output.as_ref())?,
         structure,
     ))
-}
-
-/// `chute._chute.map_dataset(dataset, worker_init_fn=None, num_workers=0, collate_fn=None)`:
-/// a map-style dataset as a source (what `chute.Loader` calls for anything that is not a
-/// chute source).
-#[pyfunction]
-#[pyo3(signature = (dataset, worker_init_fn=None, num_workers=0, collate_fn=None))]
-pub(crate) fn map_dataset(
-    dataset: &Bound<'_, PyAny>,
-    worker_init_fn: Option<Py<PyAny>>,
-    num_workers: usize,
-    collate_fn: Option<Py<PyAny>>,
-) -> PyResult<crate::source::Source> {
-    // DataLoader calls worker_init_fn in worker processes only: never with num_workers=0.
-    let worker_init = worker_init_fn
-        .filter(|_| num_workers > 0)
-        .map(|f| (f, num_workers));
-    let inner = Arc::new(MapDataset::new(dataset, worker_init, collate_fn)?);
-    Ok(crate::source::Source::from_dataset(inner))
 }

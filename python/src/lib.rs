@@ -40,7 +40,7 @@ mod transform;
 #[pymodule]
 mod _chute {
     #[pymodule_export]
-    use crate::dataset::{collate_samples, map_dataset};
+    use crate::dataset::collate_samples;
     #[pymodule_export]
     use crate::limits::{limits, set_limits};
     #[pymodule_export]
@@ -55,7 +55,7 @@ mod _chute {
     use crate::remote::{io_stats, set_remote_options};
     #[pymodule_export]
     use crate::source::{
-        Source, arrow, arrow_table, dataset, parquet, tfrecord, tokens, webdataset,
+        Source, arrow, arrow_table, dataset, map_dataset, parquet, tfrecord, tokens, webdataset,
     };
     #[pymodule_export]
     use crate::tensor::Tensor;

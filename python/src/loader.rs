@@ -16,16 +16,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chute::core::{Column, OnError};
+use chute::core::OnError;
 use chute::pipeline::Poll;
 use chute::{Batch, Shuffle, State};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::errors;
 use crate::source::Source;
-use crate::tensor::Tensor;
+use crate::tensor::columns_to_dict;
 use crate::transform::{Interrupt, SHUTTING_DOWN};
 
 /// How long `__next__` waits with the GIL released before it checks for Ctrl-C.
@@ -78,66 +78,6 @@ impl Loader {
     fn to_dict<'py>(&self, py: Python<'py>, batch: Batch) -> PyResult<Bound<'py, PyDict>> {
         columns_to_dict(py, batch.columns, self.output.as_ref())
     }
-}
-
-/// Batch columns as `{name: array}`: fixed-shape columns as `chute.Tensor`s handed through
-/// `output` (numpy, torch, JAX), variable-length columns as `list[bytes]` / `list[str]`, arrays
-/// of differing shapes as a list of arrays, a `collate_fn`'s result as itself.
-pub(crate) fn columns_to_dict<'py>(
-    py: Python<'py>,
-    columns: Vec<(String, Column)>,
-    output: Option<&Py<PyAny>>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    for (name, column) in columns {
-        match column {
-            Column::Tensor(t) => {
-                let t = Bound::new(py, Tensor::new(t))?.into_any();
-                match output {
-                    Some(f) => d.set_item(name, f.call1(py, (t,))?)?,
-                    None => d.set_item(name, t)?,
-                }
-            }
-            Column::Var(v) => {
-                let values = PyList::empty(py);
-                for i in 0..v.len() {
-                    let b = v.get(i);
-                    if v.text {
-                        values.append(PyString::new(py, &String::from_utf8_lossy(b)))?;
-                    } else {
-                        values.append(PyBytes::new(py, b))?;
-                    }
-                }
-                d.set_item(name, values)?;
-            }
-            Column::List(tensors) => {
-                let values = PyList::empty(py);
-                for t in tensors {
-                    let t = Bound::new(py, Tensor::new(t))?.into_any();
-                    match output {
-                        Some(f) => values.append(f.call1(py, (t,))?)?,
-                        None => values.append(t)?,
-                    }
-                }
-                d.set_item(name, values)?;
-            }
-            Column::Object(o) => match o.0.downcast_ref::<Py<PyAny>>() {
-                Some(v) => d.set_item(name, v.clone_ref(py))?,
-                None => {
-                    return Err(PyTypeError::new_err(format!(
-                        "column {name:?} holds a value that is not a Python object"
-                    )));
-                }
-            },
-            _ => {
-                return Err(PyTypeError::new_err(format!(
-                    "column {name:?} has a kind this version of the Python package cannot \
-                     convert"
-                )));
-            }
-        }
-    }
-    Ok(d)
 }
 
 #[pymethods]

@@ -23,7 +23,7 @@ impl MegatronWriter {
     #[pyo3(signature = (prefix, dtype=None))]
     fn new(prefix: std::path::PathBuf, dtype: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let dtype = match dtype {
-            Some(d) => crate::source::dtype("dtype", d)?,
+            Some(d) => crate::tensor::dtype("dtype", d)?,
             None => DType::U16,
         };
         let inner = Writer::create(prefix, dtype).map_err(errors::to_py)?;

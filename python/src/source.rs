@@ -251,9 +251,11 @@ pub(crate) fn dataset(
     let options = OpenOptions {
         format,
         seq_len: seq_len.map(self::seq_len).transpose()?,
-        token_dtype: dtype.map(|d| self::dtype("dtype", d)).transpose()?,
+        token_dtype: dtype
+            .map(|d| crate::tensor::dtype("dtype", d))
+            .transpose()?,
         out_dtype: match out_dtype {
-            Some(d) => self::dtype("out_dtype", d)?,
+            Some(d) => crate::tensor::dtype("out_dtype", d)?,
             None => DType::I64,
         },
         columns,
@@ -473,20 +475,6 @@ fn stack(obj: Option<&Bound<'_, PyAny>>) -> PyResult<chute::formats::Stack> {
     Ok(out)
 }
 
-/// A dtype argument (`"uint16"`, `"int64"`, a numpy dtype or type: anything whose `str()` or
-/// `__name__` is a numpy name).
-pub(crate) fn dtype(option: &str, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
-    let name: String = match obj.extract::<String>() {
-        Ok(s) => s,
-        Err(_) => match obj.getattr("__name__") {
-            Ok(n) => n.extract()?,
-            Err(_) => obj.str()?.extract()?,
-        },
-    };
-    name.parse::<DType>()
-        .map_err(|e| errors::from_config(chute::ConfigError::new(option, e.reason)))
-}
-
 /// Token files (nanoGPT's `.bin`: flat little-endian `uint16` or `uint32` ids, no header),
 /// one shard per file, or Megatron indexed datasets (`.bin` + `.idx`, named by their prefix):
 /// what `chute.dataset` takes (URLs are downloaded whole when opened). `dtype` (token files)
@@ -567,9 +555,11 @@ pub(crate) fn tokens(
     let options = OpenOptions {
         format: Some(format),
         seq_len: Some(self::seq_len(seq_len)?),
-        token_dtype: dtype.map(|d| self::dtype("dtype", d)).transpose()?,
+        token_dtype: dtype
+            .map(|d| crate::tensor::dtype("dtype", d))
+            .transpose()?,
         out_dtype: match out_dtype {
-            Some(d) => self::dtype("out_dtype", d)?,
+            Some(d) => crate::tensor::dtype("out_dtype", d)?,
             None => DType::I64,
         },
         pack: PackArgs {
@@ -623,4 +613,23 @@ impl PackArgs<'_> {
             ..Default::default()
         }))
     }
+}
+
+/// `chute._chute.map_dataset(dataset, worker_init_fn=None, num_workers=0, collate_fn=None)`:
+/// a map-style dataset as a source (what `chute.Loader` calls for anything that is not a
+/// chute source).
+#[pyfunction]
+#[pyo3(signature = (dataset, worker_init_fn=None, num_workers=0, collate_fn=None))]
+pub(crate) fn map_dataset(
+    dataset: &Bound<'_, PyAny>,
+    worker_init_fn: Option<Py<PyAny>>,
+    num_workers: usize,
+    collate_fn: Option<Py<PyAny>>,
+) -> PyResult<Source> {
+    // DataLoader calls worker_init_fn in worker processes only: never with num_workers=0.
+    let worker_init = worker_init_fn
+        .filter(|_| num_workers > 0)
+        .map(|f| (f, num_workers));
+    let inner = Arc::new(MapDataset::new(dataset, worker_init, collate_fn)?);
+    Ok(Source::from_dataset(inner))
 }

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 
 use chute::DType;
+use chute::core::Column;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyString, PyTuple};
 
-use crate::dlpack;
+use crate::{dlpack, errors};
 
 /// One batch column: a C-contiguous array in chute's 64-byte-aligned pooled buffer.
 ///
@@ -147,4 +148,78 @@ impl Tensor {
     fn __dlpack_device__(&self) -> (i32, i32) {
         (dlpack::KDL_CPU, 0)
     }
+}
+
+/// Batch columns as `{name: array}`: fixed-shape columns as `chute.Tensor`s handed through
+/// `output` (numpy, torch, JAX), variable-length columns as `list[bytes]` / `list[str]`, arrays
+/// of differing shapes as a list of arrays, a `collate_fn`'s result as itself.
+pub(crate) fn columns_to_dict<'py>(
+    py: Python<'py>,
+    columns: Vec<(String, Column)>,
+    output: Option<&Py<PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, column) in columns {
+        match column {
+            Column::Tensor(t) => {
+                let t = Bound::new(py, Tensor::new(t))?.into_any();
+                match output {
+                    Some(f) => d.set_item(name, f.call1(py, (t,))?)?,
+                    None => d.set_item(name, t)?,
+                }
+            }
+            Column::Var(v) => {
+                let values = PyList::empty(py);
+                for i in 0..v.len() {
+                    let b = v.get(i);
+                    if v.text {
+                        values.append(PyString::new(py, &String::from_utf8_lossy(b)))?;
+                    } else {
+                        values.append(PyBytes::new(py, b))?;
+                    }
+                }
+                d.set_item(name, values)?;
+            }
+            Column::List(tensors) => {
+                let values = PyList::empty(py);
+                for t in tensors {
+                    let t = Bound::new(py, Tensor::new(t))?.into_any();
+                    match output {
+                        Some(f) => values.append(f.call1(py, (t,))?)?,
+                        None => values.append(t)?,
+                    }
+                }
+                d.set_item(name, values)?;
+            }
+            Column::Object(o) => match o.0.downcast_ref::<Py<PyAny>>() {
+                Some(v) => d.set_item(name, v.clone_ref(py))?,
+                None => {
+                    return Err(PyTypeError::new_err(format!(
+                        "column {name:?} holds a value that is not a Python object"
+                    )));
+                }
+            },
+            _ => {
+                return Err(PyTypeError::new_err(format!(
+                    "column {name:?} has a kind this version of the Python package cannot \
+                     convert"
+                )));
+            }
+        }
+    }
+    Ok(d)
+}
+
+/// A dtype argument (`"uint16"`, `"int64"`, a numpy dtype or type: anything whose `str()` or
+/// `__name__` is a numpy name).
+pub(crate) fn dtype(option: &str, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    let name: String = match obj.extract::<String>() {
+        Ok(s) => s,
+        Err(_) => match obj.getattr("__name__") {
+            Ok(n) => n.extract()?,
+            Err(_) => obj.str()?.extract()?,
+        },
+    };
+    name.parse::<DType>()
+        .map_err(|e| errors::from_config(chute::ConfigError::new(option, e.reason)))
 }

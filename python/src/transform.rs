@@ -26,8 +26,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyModule, PyString};
 
 use crate::errors;
-use crate::source::dtype;
-use crate::tensor::Tensor;
+
+use crate::tensor::{Tensor, dtype};
 
 /// Set when the interpreter starts shutting down (an `atexit` hook of the package): from then
 /// on transforms fail at once instead of trying to take the GIL, which a finalizing

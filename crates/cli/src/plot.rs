@@ -8,10 +8,47 @@ use std::path::Path;
 use anyhow::{Context, anyhow, bail};
 use chute::doctor::Diagnosis;
 use chute::io::write_atomically;
+use chute::pipeline::StatsSnapshot;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::bench::Point;
+/// One point of a run's time series for `--plot`: figures over the interval that ended at
+/// `t`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Point {
+    /// Seconds since the run started.
+    pub(crate) t: f64,
+    pub(crate) samples_per_sec: f64,
+    /// The fraction of the interval the consumer waited.
+    pub(crate) wait_fraction: f64,
+    /// Busy time of read, transform and collate as a fraction of the workers' time.
+    pub(crate) busy: [f64; 3],
+    /// Batches ready and in flight at `t`, and the queue's capacity.
+    pub(crate) ready: f64,
+    pub(crate) in_flight: f64,
+    pub(crate) capacity: f64,
+}
+
+impl Point {
+    /// The interval from `a` to `b`, `t` seconds into the run.
+    pub(crate) fn between(t: f64, a: &StatsSnapshot, b: &StatsSnapshot, workers: usize) -> Point {
+        let dt = (b.elapsed_secs - a.elapsed_secs).max(1e-9);
+        let busy = |x: f64, y: f64| ((y - x) / (dt * workers.max(1) as f64)).clamp(0.0, 1.0);
+        Point {
+            t,
+            samples_per_sec: (b.samples - a.samples) as f64 / dt,
+            wait_fraction: ((b.wait_secs - a.wait_secs) / dt).clamp(0.0, 1.0),
+            busy: [
+                busy(a.read.busy_secs, b.read.busy_secs),
+                busy(a.transform.busy_secs, b.transform.busy_secs),
+                busy(a.collate.busy_secs, b.collate.busy_secs),
+            ],
+            ready: b.queue.ready as f64,
+            in_flight: b.queue.in_flight as f64,
+            capacity: b.queue.capacity as f64,
+        }
+    }
+}
 
 const WIDTH: u32 = 1000;
 const PANEL: u32 = 260;

@@ -10,7 +10,7 @@ use zune_jpeg::JpegDecoder;
 use zune_jpeg::errors::DecodeErrors;
 
 use crate::OpError;
-use crate::image::{ColorMode, Image, ImageFormat, Rect};
+use crate::pixels::{ColorMode, Image, ImageFormat, Rect};
 
 /// zune-jpeg's options: any size a JPEG can declare (65,535 a side) is read, so that the
 /// `decode` op's own pixel limit is what refuses a large one, with its message.

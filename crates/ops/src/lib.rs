@@ -32,6 +32,7 @@ pub mod image;
 mod jpeg;
 #[cfg(feature = "libjpeg")]
 mod libjpeg;
+mod pixels;
 pub mod spec;
 #[cfg(feature = "tokenizers")]
 pub mod text;

@@ -20,7 +20,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use mozjpeg_sys as ffi;
 
 use crate::OpError;
-use crate::image::{ColorMode, Image, ImageFormat, Rect};
+use crate::pixels::{ColorMode, Image, ImageFormat, Rect};
 
 /// A decoded region: `image` starts at `(top, left)` of the scaled picture (the left edge is
 /// moved left to an iMCU column boundary, as libjpeg requires).

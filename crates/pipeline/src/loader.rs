@@ -12,7 +12,7 @@ use chute_core::{
 use chute_core::{Compose, Transform};
 
 use crate::pinned::cuda_host_allocator;
-use crate::stats::{RemoteCounts, Stats, StatsSnapshot};
+use crate::stats::{RemoteCounts, Stats, StatsSnapshot, snapshot};
 use crate::workers::{Job, Polled, Run};
 
 /// Options of a [`Loader`], with `torch.utils.data.DataLoader`'s names and meanings where
@@ -277,7 +277,7 @@ impl LoaderBuilder {
         };
         // Validates rank/world_size/shuffle against the manifest up front.
         loader.plan()?;
-        crate::metrics::register(&loader);
+        crate::metrics::register(&loader.series());
         if let Some(addr) = loader.options.metrics_addr {
             crate::metrics::serve(addr)
                 .map_err(|e| ConfigError::new("metrics_addr", e.to_string()))?;
@@ -597,7 +597,7 @@ impl Loader {
             )),
         ));
         self.pending_wait = Duration::ZERO;
-        crate::metrics::register_after_fork(self, old);
+        crate::metrics::register_after_fork(&self.series(), old);
         if self.options.pin_memory {
             self.pin_memory_fallback = Some("a forked child cannot use CUDA".into());
         }
@@ -610,9 +610,14 @@ impl Loader {
         snapshot(&self.stats, &*self.source)
     }
 
-    /// What the metrics registry keeps of a loader: its counters, its source, its labels.
-    pub(crate) fn metrics_parts(&self) -> (&Arc<Stats>, &Arc<dyn Source>) {
-        (&self.stats, &self.source)
+    /// What the metrics registry keeps of the loader: its counters, its source, its labels.
+    fn series(&self) -> crate::metrics::Series<'_> {
+        crate::metrics::Series {
+            stats: &self.stats,
+            source: &self.source,
+            rank: self.options.rank,
+            name: &self.options.name,
+        }
     }
 
     fn start_run(&mut self) -> Result<(), Error> {
@@ -728,13 +733,6 @@ impl Loader {
         }
         Poll::Ready(Some(result))
     }
-}
-
-/// A loader's figures from its counters and its source.
-pub(crate) fn snapshot(stats: &Stats, source: &dyn Source) -> StatsSnapshot {
-    let mut s = stats.snapshot();
-    s.source = source.stats();
-    s
 }
 
 impl Iterator for Loader {

@@ -37,8 +37,7 @@ use std::time::Duration;
 
 use chute_core::Source;
 
-use crate::loader::{Loader, snapshot};
-use crate::stats::{Stats, StatsSnapshot};
+use crate::stats::{Stats, StatsSnapshot, snapshot};
 
 struct Entry {
     stats: Weak<Stats>,
@@ -62,9 +61,17 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
     REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What the registry keeps of one loader: its counters, its source, its rank and name.
+pub(crate) struct Series<'a> {
+    pub(crate) stats: &'a Arc<Stats>,
+    pub(crate) source: &'a Arc<dyn Source>,
+    pub(crate) rank: u64,
+    pub(crate) name: &'a str,
+}
+
 /// Adds a newly built loader to the exposition. A name a live loader of the same rank has
 /// already gets `#2`, `#3`... so no two series share their labels.
-pub(crate) fn register(loader: &Loader) {
+pub(crate) fn register(loader: &Series<'_>) {
     let mut r = registry();
     add(&mut r, loader);
 }
@@ -73,26 +80,25 @@ pub(crate) fn register(loader: &Loader) {
 /// metrics thread, which does not exist here, so the loader is registered only if the lock
 /// is free (its metrics are then missing in the child rather than the child hanging).
 /// The entry of the parent's counters (`old`, leaked there) is replaced.
-pub(crate) fn register_after_fork(loader: &Loader, old: *const Stats) {
+pub(crate) fn register_after_fork(loader: &Series<'_>, old: *const Stats) {
     if let Ok(mut r) = REGISTRY.try_lock() {
         r.retain(|e| !std::ptr::eq(e.stats.as_ptr(), old));
         add(&mut r, loader);
     }
 }
 
-fn add(r: &mut Vec<Entry>, loader: &Loader) {
+fn add(r: &mut Vec<Entry>, loader: &Series<'_>) {
     let n = BUILT.fetch_add(1, Ordering::Relaxed);
-    let (stats, source) = loader.metrics_parts();
-    let o = loader.options();
+    let (stats, source, rank) = (loader.stats, loader.source, loader.rank);
     r.retain(|e| e.stats.strong_count() > 0);
-    let base = if o.name.is_empty() {
+    let base = if loader.name.is_empty() {
         n.to_string()
     } else {
-        o.name.clone()
+        loader.name.to_string()
     };
     let taken = |name: &str| {
         r.iter()
-            .any(|e| e.labels.rank == o.rank && e.labels.loader == name)
+            .any(|e| e.labels.rank == rank && e.labels.loader == name)
     };
     let mut name = base.clone();
     let mut k = 2;
@@ -103,10 +109,7 @@ fn add(r: &mut Vec<Entry>, loader: &Loader) {
     r.push(Entry {
         stats: Arc::downgrade(stats),
         source: Arc::downgrade(source),
-        labels: Labels {
-            rank: o.rank,
-            loader: name,
-        },
+        labels: Labels { rank, loader: name },
     });
 }
 

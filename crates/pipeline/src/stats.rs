@@ -622,3 +622,10 @@ pub struct WaitHistogram {
     /// Seconds waited in all (`wait_secs`).
     pub sum: f64,
 }
+
+/// A loader's figures from its counters and its source.
+pub(crate) fn snapshot(stats: &Stats, source: &dyn Source) -> StatsSnapshot {
+    let mut s = stats.snapshot();
+    s.source = source.stats();
+    s
+}

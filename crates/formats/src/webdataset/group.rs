@@ -7,9 +7,25 @@ use std::ops::Range;
 use bytes::Bytes;
 use chute_core::{Corruption, Error, Field, FieldName, Sample};
 
-use super::index::SampleSpan;
 use super::names::{KEY_FIELD, is_meta, split_name};
 use crate::tar::{Member, TarDecoder, TarOptions};
+
+/// Where one sample's members are in its shard: `size` bytes from `offset`, from its first
+/// header to the end of its last member's padding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SampleSpan {
+    /// Offset of the sample's first header block.
+    pub offset: u64,
+    /// Bytes up to the end of the last member's padding.
+    pub size: u64,
+}
+
+impl SampleSpan {
+    /// The byte range.
+    pub fn range(&self) -> Range<u64> {
+        self.offset..self.offset + self.size
+    }
+}
 
 /// One sample being grouped: its key, field names (in an arena reused from sample to
 /// sample, so scanning allocates nothing per member) and data ranges.

@@ -1,35 +1,17 @@
-//! Where each sample's bytes are: [`SampleSpan`], [`ShardIndex`] (built by a scan or read from
+//! Where each sample's bytes are: [`ShardIndex`] of [`SampleSpan`]s (built by a scan or read from
 //! a `<shard>.idx` file) and the checks that an index file belongs to its shard.
 
-use std::ops::Range;
 use std::path::Path;
 
 use chute_core::{Corruption, Error};
 use chute_io::write_atomically;
 
-use super::group::Grouper;
+use super::group::{Grouper, SampleSpan};
 use crate::indexed::ShardFormat;
 use crate::tar::{self, BLOCK_SIZE, TarDecoder, TarOptions};
 
 /// The first line of an index file.
 pub const INDEX_HEADER: &str = "chute-wds-index 1";
-
-/// Where one sample's members are in its shard: `size` bytes from `offset`, from its first
-/// header to the end of its last member's padding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SampleSpan {
-    /// Offset of the sample's first header block.
-    pub offset: u64,
-    /// Bytes up to the end of the last member's padding.
-    pub size: u64,
-}
-
-impl SampleSpan {
-    /// The byte range.
-    pub fn range(&self) -> Range<u64> {
-        self.offset..self.offset + self.size
-    }
-}
 
 /// The samples of one shard, in order: where each one's bytes are.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

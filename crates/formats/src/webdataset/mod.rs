@@ -90,8 +90,9 @@ mod writer;
 
 pub use crate::braces::{MAX_EXPANSIONS, expand_braces, expand_braces_at_most};
 pub use crate::indexed::{INDEX_SUFFIX, index_path};
+pub use group::SampleSpan;
 pub use group::{Samples, read_sample, read_span};
-pub use index::{INDEX_HEADER, SampleSpan, ShardIndex};
+pub use index::{INDEX_HEADER, ShardIndex};
 pub use names::{KEY_FIELD, is_meta, split_name};
 pub use source::{FORMAT, IndexMode, WebDatasetOptions, WebDatasetSource};
 pub use writer::{SampleWriter, ShardWriter, ShardWriterOptions};

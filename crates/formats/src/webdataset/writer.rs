@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use chute_core::{ConfigError, Error, Field, Sample, ShardInfo};
 use chute_io::AtomicFile;
 
-use super::index::{SampleSpan, ShardIndex};
+use super::group::SampleSpan;
+use super::index::ShardIndex;
 use super::names::{KEY_FIELD, is_meta, split_name};
 use crate::indexed::{index_path, remove_stale_index};
 use crate::tar::{self, END_OF_ARCHIVE_LEN, TarWriter};
