@@ -55,6 +55,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub use chute_core as core;
 pub use chute_formats as formats;
 pub use chute_io as io;

@@ -40,6 +40,8 @@
 //! # Ok::<(), chute_core::ConfigError>(())
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod alloc;
 mod batch;
 mod buffer;

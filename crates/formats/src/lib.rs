@@ -52,6 +52,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod braces;
 #[cfg(any(test, feature = "testing"))]
 pub mod check;

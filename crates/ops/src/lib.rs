@@ -27,6 +27,8 @@
 //! t.apply(&mut s, &mut SampleRng::for_sample(1, 0, 0)).unwrap();
 //! ```
 
+#![warn(missing_docs)]
+
 mod error;
 pub mod image;
 mod jpeg;

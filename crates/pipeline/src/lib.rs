@@ -40,6 +40,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![warn(missing_docs)]
+
 #[cfg(any(test, feature = "testing"))]
 pub mod check;
 mod collate;
