@@ -108,8 +108,10 @@ impl<I> IndexedShards<I> {
             let idx = loc.with_suffix(INDEX_SUFFIX);
             let text = match mode {
                 IndexMode::Scan => None,
-                IndexMode::Auto => idx.read_optional()?,
-                IndexMode::Require => Some(idx.read_optional()?.ok_or_else(|| missing(&idx))?),
+                IndexMode::Auto => files.read_optional(&idx)?,
+                IndexMode::Require => {
+                    Some(files.read_optional(&idx)?.ok_or_else(|| missing(&idx))?)
+                }
             };
             let index = match text {
                 Some(text) => {

@@ -595,9 +595,17 @@ pub(crate) async fn fetch_ranges(
 
 /// The whole object at `url`, or `None` if it does not exist: for manifests and index files.
 pub(crate) fn fetch_optional(url: &str) -> Result<Option<Bytes>, Error> {
+    fetch_optional_counted(url, &Arc::new(IoStats::default()))
+}
+
+/// [`fetch_optional`], counted in `stats` (a shard set's, for the index files of its shards).
+pub(crate) fn fetch_optional_counted(
+    url: &str,
+    stats: &Arc<IoStats>,
+) -> Result<Option<Bytes>, Error> {
     let obj = object(url)?;
     let opts = remote_options()?;
-    let stats = Arc::new(IoStats::default());
+    let stats = Arc::clone(stats);
     block_on(async move {
         let meta = match head(&obj, &opts, &stats).await {
             Ok(m) => m,

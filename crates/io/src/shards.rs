@@ -214,6 +214,17 @@ impl ShardSet {
         self.inner.stats.snapshot()
     }
 
+    /// A file beside the shards (a shard's index file), whole, or `None` if it does not exist:
+    /// [`Location::read_optional`], with a remote object's requests counted in this set's
+    /// [`stats`](ShardSet::stats), as its shards' are.
+    pub fn read_optional(&self, location: &Location) -> Result<Option<Bytes>, Error> {
+        match location {
+            #[cfg(feature = "remote")]
+            Location::Remote(url) => crate::remote::fetch_optional_counted(url, &self.inner.stats),
+            _ => location.read_optional(),
+        }
+    }
+
     /// The order this rank reads shards in, and how many it reads at once (`window`: a block
     /// shuffle's window; 1 for sequential reading). Clears remembered failures (a new epoch
     /// tries failed shards again). Local-only sets ignore it.

@@ -283,8 +283,14 @@ impl Stats {
             {
                 h.last_epoch = Some(self.figures(&h.epoch_start, &tick));
             }
+            let first = h.epoch_start.at == 0 && h.last_epoch.is_none();
             h.epoch = epoch;
             h.epoch_start = tick;
+            if first {
+                // The source's remote reads before the first batch (its opening: index
+                // files, cache hits) belong to the first epoch's figures.
+                h.epoch_start.counters.io = IoSnapshot::default();
+            }
             h.closed = false;
         }
     }
