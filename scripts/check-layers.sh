@@ -35,12 +35,26 @@ check() {
 heavy="mozjpeg-sys object_store parquet arrow-array tokio png zune-jpeg fast_image_resize"
 check chute-core "" "$heavy memmap2"
 check chute-io "chute-core" "mozjpeg-sys parquet arrow-array png zune-jpeg fast_image_resize"
-check chute-formats "chute-core chute-io" "mozjpeg-sys png zune-jpeg fast_image_resize"
+check chute-formats "chute-core chute-io" "mozjpeg-sys png zune-jpeg fast_image_resize tokenizers"
+check chute-dataset "chute-core chute-io chute-formats" "mozjpeg-sys png zune-jpeg fast_image_resize tokenizers"
 check chute-ops "chute-core" "object_store parquet arrow-array tokio memmap2"
 check chute-pipeline "chute-core" "$heavy"
 
-if [ "$failed" = 1 ]; then
-  echo "see ARCHITECTURE.md: the engine depends on chute-core alone; ops and formats do not depend on each other"
+# Only the facade, the command line and the Python binding build on chute-dataset: every
+# package that depends on it (`cargo tree -i`, all edge kinds) must be one of them.
+if ! users=$(cargo tree --locked --all-features -i chute-dataset --prefix none --format '{p}' --edges normal,build,dev | awk '{print $1}' | sort -u) || [ -z "$users" ]; then
+  echo "cargo tree -i chute-dataset failed; cannot check who depends on it"
   exit 1
 fi
-echo "layers: one way (core <- io <- formats; core <- ops; core <- pipeline)"
+for p in $users; do
+  if [[ " chute-dataset chute chute-cli chute-python " != *" $p "* ]]; then
+    echo "layer violation: $p depends on chute-dataset (only chute, chute-cli and chute-python may)"
+    failed=1
+  fi
+done
+
+if [ "$failed" = 1 ]; then
+  echo "see ARCHITECTURE.md: the engine depends on chute-core alone; ops and formats do not depend on each other; formats never calls the opener (chute-dataset)"
+  exit 1
+fi
+echo "layers: one way (core <- io <- formats <- dataset; core <- ops; core <- pipeline)"

@@ -45,7 +45,6 @@ if [ "${CHUTE_TEST_FUZZ:-0}" = 1 ]; then
   echo "== fuzz targets"
   command -v cargo-fuzz >/dev/null || cargo install --quiet --locked cargo-fuzz
   (
-    cd crates/formats
     cargo fuzz build -s none
     for target in $(cargo fuzz list); do
       mkdir -p "fuzz/corpus/$target"

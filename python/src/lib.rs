@@ -25,13 +25,13 @@ use pyo3::prelude::*;
 #[global_allocator]
 static ALLOC: chute::core::alloc::CachingAlloc = chute::core::alloc::CachingAlloc;
 
-mod dataset;
 mod dlpack;
 mod errors;
 mod limits;
 mod loader;
+mod map_dataset;
 mod megatron;
-mod mixture;
+mod mix;
 mod remote;
 mod source;
 mod tensor;
@@ -40,17 +40,17 @@ mod transform;
 #[pymodule]
 mod _chute {
     #[pymodule_export]
-    use crate::dataset::collate_samples;
-    #[pymodule_export]
     use crate::limits::{limits, set_limits};
     #[pymodule_export]
     use crate::loader::Loader;
     #[pymodule_export]
     use crate::loader::{serve_metrics, shutdown};
     #[pymodule_export]
+    use crate::map_dataset::collate_samples;
+    #[pymodule_export]
     use crate::megatron::MegatronWriter;
     #[pymodule_export]
-    use crate::mixture::mix;
+    use crate::mix::mix;
     #[pymodule_export]
     use crate::remote::{io_stats, set_remote_options};
     #[pymodule_export]

@@ -46,7 +46,7 @@ pub(crate) struct Loader {
     /// DataLoader's `timeout`: the longest `next()` waits for a batch (`None`: for ever).
     timeout: Option<Duration>,
     /// The first native op spec among the transforms, for the doctor's decode rule.
-    ops: Option<chute::ops::Pipeline>,
+    ops: Option<chute::ops::SampleOps>,
 }
 
 /// A non-negative integer option, or `chute.ConfigError` naming it.
@@ -157,7 +157,7 @@ impl Loader {
         let ops = transforms
             .iter()
             .find_map(|t| t.extract::<String>().ok())
-            .and_then(|spec| chute::ops::Pipeline::from_json(&spec).ok());
+            .and_then(|spec| chute::ops::SampleOps::from_json(&spec).ok());
         // Each transform is a JSON op spec (str: native ops, no GIL) or (callable, takes_rng).
         if let Some(t) = crate::transform::build(transforms, &interrupt)? {
             builder = builder.transform_arc(t);

@@ -1,19 +1,20 @@
 //! [`Source`]: an opened dataset, and the functions that open one: `dataset` (any format,
 //! folders and manifests included) and, with the format fixed, `tokens`, `webdataset`,
-//! `tfrecord` and `parquet`. All of them go through `chute::formats::Dataset`, the one opener
+//! `tfrecord` and `parquet`. All of them go through `chute::dataset::Opened`, the one opener
 //! the command line uses too.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use chute::DType;
+use chute::dataset::{Dataset, Long, OpenOptions, Opened, Pack, PackOptions};
 use chute::formats::ipc::{ArrowOptions, ArrowSource};
-use chute::formats::{Dataset, Format, IndexMode, Long, OpenOptions, Pack, PackOptions};
+use chute::formats::{Format, IndexMode};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyString};
 
-use crate::dataset::MapDataset;
 use crate::errors;
+use crate::map_dataset::MapDataset;
 
 /// A dataset chute can load: samples addressed by a global id, in shards. Made by
 /// `chute.dataset(...)`, `chute.tokens(...)`, `chute.webdataset(...)`, `chute.tfrecord(...)`
@@ -26,7 +27,7 @@ pub(crate) struct Source {
     /// The Python dataset behind the source, when it is one.
     pub(crate) dataset: Option<Arc<MapDataset>>,
     /// The mixture behind the source, when it is one (so it nests in another).
-    pub(crate) mixture: Option<Arc<chute::core::Mixture>>,
+    pub(crate) mixture: Option<Arc<chute::dataset::Mixture>>,
     /// Where Python transforms inside the source (a mixture's) park `KeyboardInterrupt`.
     pub(crate) interrupt: Option<Arc<crate::transform::Interrupt>>,
 }
@@ -45,12 +46,12 @@ impl Source {
 
     /// A mixture as a source.
     pub(crate) fn from_mixture(
-        mixture: Arc<chute::core::Mixture>,
+        mixture: Arc<chute::dataset::Mixture>,
         interrupt: Arc<crate::transform::Interrupt>,
     ) -> Source {
         Source {
             inner: Arc::clone(&mixture) as Arc<dyn chute::Source>,
-            format: chute::core::mixture::MIXTURE_FORMAT,
+            format: chute::dataset::mixture::MIXTURE_FORMAT,
             dataset: None,
             mixture: Some(mixture),
             interrupt: Some(interrupt),
@@ -150,30 +151,18 @@ fn index_mode(index: &str) -> PyResult<IndexMode> {
 /// Resolves `paths` and opens them with `options`, the GIL released.
 fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyResult<Source> {
     let files = self::paths(paths)?;
-    if let [one] = files.as_slice()
-        && options.format.is_none()
-        && chute::formats::mixture::is_mixture_file(one)
-    {
-        let mixture = py
-            .detach(|| chute::formats::mixture::open_mixture_file(one))
-            .map_err(errors::to_py)?;
+    let opened = py
+        .detach(|| Opened::open(&files, &options))
+        .map_err(errors::to_py)?;
+    if let Some(mixture) = opened.mixture() {
         return Ok(Source::from_mixture(
-            Arc::new(mixture),
+            Arc::clone(mixture),
             Arc::new(crate::transform::Interrupt::default()),
         ));
     }
-    let (format, inner) = py
-        .detach(|| {
-            if options.tokenizer.is_some() {
-                return Ok::<_, chute::Error>((None, chute::formats::open(&files, &options)?));
-            }
-            let dataset = Dataset::resolve(&files, options.format)?;
-            Ok((Some(dataset.format), dataset.open(&options)?))
-        })
-        .map_err(errors::to_py)?;
     Ok(Source {
-        inner,
-        format: format.map_or("text", |f| f.name()),
+        format: opened.kind_name(),
+        inner: opened.source,
         dataset: None,
         mixture: None,
         interrupt: None,
@@ -236,7 +225,7 @@ pub(crate) fn dataset(
                 ..Default::default()
             };
             let t = py
-                .detach(|| chute::text::Tokenizer::load(&path, options, 0))
+                .detach(|| chute::tokenizer::Tokenizer::load(&path, options, 0))
                 .map_err(errors::to_py)?;
             Some(Arc::new(t) as Arc<dyn chute::core::TextEncoder>)
         }
@@ -540,16 +529,9 @@ pub(crate) fn tokens(
     let format = match format {
         Some(f) => f,
         None => {
-            let ds = py
-                .detach(|| Dataset::resolve(&files, Some(Format::Tokens)))
-                .map_err(errors::to_py)?;
-            let megatron =
-                !ds.files.is_empty() && ds.files.iter().all(|f| chute::formats::is_megatron_bin(f));
-            if megatron {
-                Format::Megatron
-            } else {
-                Format::Tokens
-            }
+            py.detach(|| Dataset::resolve_token_files(&files))
+                .map_err(errors::to_py)?
+                .format
         }
     };
     let options = OpenOptions {

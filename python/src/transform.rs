@@ -329,7 +329,7 @@ pub(crate) fn build(
     let mut out: Vec<std::sync::Arc<dyn Transform>> = Vec::new();
     for t in specs {
         if let Ok(spec) = t.extract::<String>() {
-            let ops = chute::ops::Pipeline::from_json(&spec).map_err(errors::from_config)?;
+            let ops = chute::ops::SampleOps::from_json(&spec).map_err(errors::from_config)?;
             out.push(std::sync::Arc::new(ops));
         } else {
             let (func, takes_rng): (Bound<'_, PyAny>, bool) = t.extract()?;

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use chute_core::{Batch, Error, Shuffle};
-use chute_ops::spec::{Op, Pipeline};
+use chute_ops::spec::{Op, SampleOps};
 use chute_pipeline::Loader;
 pub use chute_pipeline::doctor::{Advice, Diagnosis, DoctorOptions, StageFigure, Trial};
 
@@ -24,7 +24,7 @@ pub use chute_pipeline::doctor::{Advice, Diagnosis, DoctorOptions, StageFigure, 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Context<'a> {
     /// The native ops the loader runs, if any (for the decode rule).
-    pub ops: Option<&'a Pipeline>,
+    pub ops: Option<&'a SampleOps>,
     /// How long opening the dataset took, if the caller timed it.
     pub opened_in: Option<Duration>,
 }
@@ -136,7 +136,7 @@ pub fn diagnose(
 /// image the transforms make, decoded at full size (by a Python transform, or by native ops
 /// whose decode is not fused with a resize or crop). The size comes from the first sample's
 /// JPEG header.
-fn reduced_decode(loader: &Loader, d: &Diagnosis, ops: Option<&Pipeline>) -> Option<String> {
+fn reduced_decode(loader: &Loader, d: &Diagnosis, ops: Option<&SampleOps>) -> Option<String> {
     let plan = loader.plan().ok().filter(|p| !p.is_empty())?;
     let first = plan.get(0);
     let sample = loader.source().read(first).ok()?;
@@ -192,7 +192,7 @@ fn scaled_fewer_pixels(ratio: usize) -> usize {
 }
 
 /// Output fields whose ops decode an image without a resize or crop right after.
-fn unfused_decodes(p: &Pipeline) -> Vec<String> {
+fn unfused_decodes(p: &SampleOps) -> Vec<String> {
     p.fields()
         .iter()
         .filter(|f| {

@@ -1,11 +1,13 @@
 //! chute: a data loader for machine-learning training that keeps accelerators fed.
 //!
-//! This facade re-exports the layers: [`core`] (vocabulary, plan, state), [`formats`]
-//! (codecs and readers), [`io`] (byte sources), [`ops`] (transforms) and [`pipeline`] (the
-//! engine). The most used names are also at the top level, among them [`open`]: the one
-//! way to open a dataset (files, URLs, brace patterns, globs, folders or a manifest; the
-//! format detected or given in [`OpenOptions`]). [`text::Tokenizer`] tokenizes text on every
-//! core for a text source ([`OpenOptions::tokenizer`]).
+//! This facade re-exports the layers: [`core`] (vocabulary, plan, state), [`io`] (byte
+//! sources), [`formats`] (codecs and single-format readers), [`dataset`] (the opener,
+//! mixtures, documents and packing, tokenized text), [`ops`] (transforms) and [`pipeline`]
+//! (the engine). The most used names are also at the top level, among them [`open`]: the one
+//! way to open a dataset (files, URLs, brace patterns, globs, folders, a manifest or a
+//! mixture file; the format detected or given in [`OpenOptions`]).
+//! [`tokenizer::Tokenizer`] tokenizes text on every core for a text source
+//! ([`OpenOptions::tokenizer`]).
 //!
 //! A source from your own code is a closure ([`FnSource`]) or a `Vec` of samples
 //! ([`VecSource`]), and gets every guarantee (order, ranks, resume):
@@ -58,18 +60,20 @@
 #![warn(missing_docs)]
 
 pub use chute_core as core;
+pub use chute_dataset as dataset;
 pub use chute_formats as formats;
 pub use chute_io as io;
 pub use chute_ops as ops;
 pub use chute_pipeline as pipeline;
 
 pub mod doctor;
-pub mod text;
+pub mod tokenizer;
 
 pub use chute_core::Transform;
 pub use chute_core::{
     Batch, Column, ConfigError, DType, Error, FnSource, Manifest, Sample, Shuffle, Source, State,
     StateError, Tensor, VecSource,
 };
-pub use chute_formats::{Dataset, Format, OpenOptions, TokenOptions, TokenSource, open};
+pub use chute_dataset::{Dataset, OpenOptions, Opened, open};
+pub use chute_formats::{Format, TokenOptions, TokenSource};
 pub use chute_pipeline::{Loader, LoaderBuilder, LoaderOptions, StatsSnapshot};

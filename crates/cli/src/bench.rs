@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chute::core::{OnError, Shuffle, Source, State};
 use chute::io::write_atomically;
-use chute::ops::Pipeline;
+use chute::ops::SampleOps;
 use chute::pipeline::StreamDigest;
 use chute::pipeline::{Loader, LoaderOptions, StatsSnapshot};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::dataset::DatasetArgs;
+use crate::dataset_args::DatasetArgs;
 use crate::plot::Point;
 
 /// Loader options shared by `bench` and `demo`.
@@ -61,7 +61,7 @@ pub(crate) struct LoaderArgs {
     /// `{"jpg": [{"op": "decode"}, {"op": "random_resized_crop", "size": 224},
     /// {"op": "horizontal_flip"}], "cls": [{"op": "label"}]}`; see chute_ops::spec).
     #[arg(long, value_parser = parse_transform)]
-    pub(crate) transform: Option<Pipeline>,
+    pub(crate) transform: Option<SampleOps>,
     /// Arrays whose shapes differ within a batch: pad them with zeros to the batch's largest
     /// shape and add a `<name>_mask` column (otherwise they come as a list, one per sample).
     #[arg(long)]
@@ -69,7 +69,7 @@ pub(crate) struct LoaderArgs {
 }
 
 /// `--transform`: JSON text, or a file holding it.
-pub(crate) fn parse_transform(s: &str) -> Result<Pipeline, String> {
+pub(crate) fn parse_transform(s: &str) -> Result<SampleOps, String> {
     let text = if s.trim_start().starts_with('{') {
         s.to_string()
     } else {
@@ -77,7 +77,7 @@ pub(crate) fn parse_transform(s: &str) -> Result<Pipeline, String> {
             format!("{s:?} is neither JSON (it does not start with '{{') nor a readable file: {e}")
         })?
     };
-    Pipeline::from_json(&text).map_err(|e| e.to_string())
+    SampleOps::from_json(&text).map_err(|e| e.to_string())
 }
 
 fn parse_on_error(s: &str) -> Result<OnError, String> {

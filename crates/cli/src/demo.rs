@@ -9,7 +9,7 @@ use anyhow::Context;
 use chute::core::{DType, OnError, SampleRng, Shuffle};
 use chute::formats::webdataset::{ShardWriter, ShardWriterOptions, WebDatasetOptions};
 use chute::formats::{TokenOptions, TokenSource, TokenWriter, WebDatasetSource};
-use chute::ops::Pipeline;
+use chute::ops::SampleOps;
 use chute::pipeline::for_each_parallel;
 use clap::Args;
 
@@ -85,7 +85,7 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
     }
     let source = WebDatasetSource::open(&shards, WebDatasetOptions::default())?;
     let batch_size = args.batch_size.unwrap_or(64);
-    let transform = Pipeline::from_json(IMAGE_OPS)?;
+    let transform = SampleOps::from_json(IMAGE_OPS)?;
     let mut loader = loader_args(&args, batch_size, Some(transform)).build(Arc::new(source))?;
     if !args.json {
         println!(
@@ -121,7 +121,7 @@ const IMAGE_OPS: &str = r#"{
 }"#;
 
 /// The demo's loader: global shuffle, full batches, the user's workers and seed.
-fn loader_args(args: &DemoArgs, batch_size: usize, transform: Option<Pipeline>) -> LoaderArgs {
+fn loader_args(args: &DemoArgs, batch_size: usize, transform: Option<SampleOps>) -> LoaderArgs {
     LoaderArgs {
         batch_size,
         workers: args.workers,

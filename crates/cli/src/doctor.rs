@@ -10,7 +10,7 @@ use chute::doctor::{Context, DoctorOptions};
 use clap::Args;
 
 use crate::bench::LoaderArgs;
-use crate::dataset::DatasetArgs;
+use crate::dataset_args::DatasetArgs;
 
 /// `chute doctor` arguments.
 #[derive(Debug, Clone, Args)]

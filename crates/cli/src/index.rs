@@ -9,7 +9,7 @@ use clap::{Args, Parser};
 
 use chute::formats::Format;
 
-use crate::dataset::DatasetArgs;
+use crate::dataset_args::DatasetArgs;
 
 /// `chute index` arguments.
 #[derive(Debug, Clone, Args)]

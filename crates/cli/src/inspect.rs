@@ -1,12 +1,15 @@
 //! `chute inspect`, `chute verify` and `chute cat`: look at shards without writing code.
 
+use std::sync::Arc;
+
 use anyhow::Context;
 use chute::core::redact::redact;
-use chute::core::{Error, Field, Mixture, Plan, PlanConfig, Sample, Source};
+use chute::core::{Error, Field, Plan, PlanConfig, Sample, Source};
+use chute::dataset::Mixture;
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::dataset::DatasetArgs;
+use crate::dataset_args::DatasetArgs;
 
 /// `chute inspect` arguments.
 #[derive(Debug, Clone, Args)]
@@ -108,11 +111,11 @@ fn array_values(a: &chute::core::Array, n: usize) -> Vec<Value> {
 }
 
 pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
-    if let Some(m) = args.dataset.mixture()? {
-        return inspect_mixture(&m, args.json);
+    let opened = args.dataset.opened()?;
+    if let Some(m) = opened.mixture() {
+        return inspect_mixture(m, args.json);
     }
-    let dataset = args.dataset.resolve()?;
-    let source = dataset.open(&args.dataset.options()?)?;
+    let source = Arc::clone(&opened.source);
     let m = source.manifest();
     let n = m.total_samples();
     let mut records = Vec::new();
@@ -132,9 +135,9 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             .map(|(name, f)| format!("{name}: {}", kind(f)))
             .collect(),
     };
-    let documents = documents_report(&dataset, &args.dataset)?;
+    let documents = documents_report(opened.dataset(), &args.dataset)?;
     let report = json!({
-        "format": dataset.format.name(),
+        "format": opened.kind_name(),
         "documents": documents,
         "shards": m.shards.len(),
         "samples": n,
@@ -180,10 +183,14 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
 /// A document dataset's documents, tokens and length distribution (a Megatron dataset, or
 /// token files with `--eos-id`); `null` for other datasets.
 fn documents_report(
-    dataset: &chute::formats::Dataset,
-    args: &crate::dataset::DatasetArgs,
+    dataset: Option<&chute::dataset::Dataset>,
+    args: &crate::dataset_args::DatasetArgs,
 ) -> anyhow::Result<serde_json::Value> {
-    use chute::formats::{Documents, Format};
+    use chute::dataset::Documents;
+    use chute::formats::Format;
+    let Some(dataset) = dataset else {
+        return Ok(serde_json::Value::Null);
+    };
     let docs = match (dataset.format, args.eos_id) {
         (Format::Megatron, _) => Documents::megatron(&dataset.files)?,
         (Format::Tokens, Some(eos)) => {

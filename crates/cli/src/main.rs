@@ -2,7 +2,7 @@
 
 mod bench;
 mod convert;
-mod dataset;
+mod dataset_args;
 mod demo;
 mod doctor;
 mod index;

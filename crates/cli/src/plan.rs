@@ -10,7 +10,7 @@ use chute::core::planner::{JobPlan, PlanQuery, plan_job};
 use clap::Args;
 
 use crate::bench::{human_bytes, parse_shuffle};
-use crate::dataset::DatasetArgs;
+use crate::dataset_args::DatasetArgs;
 
 /// `chute plan` arguments.
 #[derive(Debug, Clone, Args)]

@@ -109,7 +109,7 @@ pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
         ("auto", Output::Tokens) => DType::U32,
         (other, _) => other.parse::<DType>()?,
     };
-    let files = chute::formats::expand_files(&args.inputs)?;
+    let files = chute::dataset::expand_files(&args.inputs)?;
     let outputs = match args.to {
         Output::Megatron => {
             let (idx, bin) = chute::formats::megatron::paths_of(&args.output);
@@ -238,7 +238,8 @@ fn read_chunks(
         }
     };
     let mut stopped = false;
-    chute::formats::text::read_texts(files, field, &mut |text| {
+    let mut texts = chute::dataset::open_texts(files, field);
+    chute::dataset::text_files::read_texts(&mut texts, field, &mut |text| {
         chunk.push(text);
         if chunk.len() == CHUNK {
             if !send((n, std::mem::take(&mut chunk))) {

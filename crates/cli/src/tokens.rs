@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use chute::core::DType;
-use chute::formats::{TokenWriter, parse_token_text, token_ids_from_npy};
+use chute::dataset::{parse_token_text, token_ids_from_npy};
+use chute::formats::TokenWriter;
 use clap::Args;
 
 /// `chute tokens` arguments.

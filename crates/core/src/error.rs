@@ -254,7 +254,8 @@ pub enum StateError {
         /// The version this build writes and reads.
         supported: u32,
     },
-    /// The state was taken on a mixture whose definition differs from this one's.
+    /// The state was taken on a source whose definition differs from this one's (its
+    /// [`Source::definition_parts`](crate::Source::definition_parts): a mixture's).
     #[error(
         "state was taken on another mixture: its {} differ{} (the parts: the components' \
          fingerprints, the weights and schedule, the policy, the seeds, the batch size its \
@@ -263,7 +264,7 @@ pub enum StateError {
         differs.join(", "),
         if differs.len() == 1 { "s" } else { "" }
     )]
-    Mixture {
+    Definition {
         /// The parts of the definition that differ: `weights`, `components`, `seeds`, ...
         differs: Vec<String>,
     },

@@ -9,7 +9,6 @@
 //! - [`State`]: a checkpoint as a position.
 //! - [`SampleRng`]: per-sample randomness seeded from (seed, epoch, index).
 //! - [`Error`], [`ConfigError`], [`StateError`]: variants by what the caller does next.
-//! - [`Mixture`]: weighted mixtures of sources (exact proportions, schedules), as a source.
 //! - [`Source`]: random access to samples by global id; [`FnSource`] (a closure) and
 //!   [`VecSource`] (samples in memory) make one from your own code.
 //! - [`Transform`] and [`Compose`], [`Cast`], [`Select`], [`Rename`], [`Slot`]: per-sample
@@ -22,6 +21,7 @@
 //! - [`Limits`]: bounds on what a size read from the data may make chute allocate
 //!   (image pixels, record and decoded bytes, Example features, tokenizer inputs).
 //! - [`quiet`]: third-party decoders' panics on hostile bytes caught without a message.
+//! - `testing` (feature `testing`): manifests of synthetic shards from sample counts.
 //! - [`npy`]: numpy's `.npy` header parser and writer, shared by the formats and the ops.
 //!
 //! ```
@@ -51,7 +51,6 @@ mod error;
 pub mod iostats;
 pub mod limits;
 mod manifest;
-pub mod mixture;
 pub mod npy;
 mod plan;
 pub mod planner;
@@ -62,6 +61,8 @@ mod sample;
 mod source;
 mod state;
 mod tensor;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod transform;
 
 pub use batch::{Batch, Column, Opaque, VarColumn};
@@ -71,12 +72,12 @@ pub use encode::TextEncoder;
 pub use error::{BoxError, ConfigError, Corruption, Error, OnError, Result, SampleRef, StateError};
 pub use limits::Limits;
 pub use manifest::{MANIFEST_VERSION, Manifest, ShardInfo};
-pub use mixture::{Component, MixMode, Mixture, MixtureBuilder, Policy};
 pub use plan::{MAX_WORLD_SIZE, Permutation, Plan, PlanConfig, Shuffle};
-pub use rng::{SampleRng, derive_key, mix64};
+pub use rng::{SampleRng, derive_key, mix64, tag};
 pub use sample::{Array, Field, FieldName, Sample};
 pub use source::{
-    FnSource, OwnOrder, SAMPLES_PER_VIRTUAL_SHARD, Source, VecSource, virtual_manifest,
+    FnSource, MetricFamily, OwnOrder, SAMPLES_PER_VIRTUAL_SHARD, Source, VecSource,
+    virtual_manifest,
 };
 pub use state::{STATE_VERSION, State};
 pub use tensor::Tensor;

@@ -831,17 +831,7 @@ mod tests {
         out
     }
 
-    fn corrupt_parts(e: Error) -> (String, u64, String) {
-        match e {
-            Error::Corrupt {
-                uri,
-                offset,
-                reason,
-                ..
-            } => (uri, offset, reason),
-            other => panic!("expected a corrupt error, got {other}"),
-        }
-    }
+    use crate::testing::corrupt as corrupt_parts;
 
     #[test]
     fn reads_the_header_numpy_writes_for_arange_10_uint16() {

@@ -855,21 +855,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::manifest::ShardInfo;
 
     fn manifest(counts: &[u64]) -> Manifest {
-        Manifest::new(
-            "test",
-            counts
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| ShardInfo {
-                    path: format!("s{i}"),
-                    samples: n,
-                    bytes: n,
-                })
-                .collect(),
-        )
+        crate::testing::manifest_sized(counts, |_, n| n)
     }
 
     fn shuffle_modes() -> impl Strategy<Value = Shuffle> {

@@ -461,21 +461,9 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
-    use crate::manifest::ShardInfo;
 
     fn manifest(counts: &[u64]) -> Manifest {
-        Manifest::new(
-            "test",
-            counts
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| ShardInfo {
-                    path: format!("s{i}"),
-                    samples: n,
-                    bytes: 1000 + 7 * i as u64 + 10 * n,
-                })
-                .collect(),
-        )
+        crate::testing::manifest_sized(counts, |i, n| 1000 + 7 * i as u64 + 10 * n)
     }
 
     /// The shards each rank's ids fall in, read off the plan sample by sample.

@@ -19,13 +19,19 @@ pub fn derive_key(words: &[u64]) -> u64 {
     h
 }
 
-/// Domain tags, so the RNG streams of different purposes never coincide.
-pub(crate) mod tag {
-    pub(crate) const SAMPLE: u64 = 1;
-    pub(crate) const GLOBAL: u64 = 2;
-    pub(crate) const SHARDS: u64 = 3;
-    pub(crate) const WINDOW: u64 = 4;
-    pub(crate) const MIX: u64 = 5;
+/// Domain tags, so the RNG streams of different purposes never coincide: one of them goes
+/// into every [`derive_key`] of chute's own.
+pub mod tag {
+    /// Per-sample randomness ([`super::SampleRng::for_sample`]).
+    pub const SAMPLE: u64 = 1;
+    /// The global shuffle's permutation.
+    pub const GLOBAL: u64 = 2;
+    /// The order of shards under a block shuffle.
+    pub const SHARDS: u64 = 3;
+    /// The order of samples inside a block shuffle's window.
+    pub const WINDOW: u64 = 4;
+    /// A mixture's choices (component seeds, random picks).
+    pub const MIX: u64 = 5;
 }
 
 /// A small, fast generator (xoshiro256++) for per-sample augmentation randomness.

@@ -38,8 +38,8 @@ pub trait Source: Send + Sync + 'static {
         let _ = plan;
     }
 
-    /// Called once by a [`crate::Mixture`] the source becomes a component of: the mixture
-    /// keeps plans of several of the component's epochs and reads them interleaved (a
+    /// Called once by a mixture (`chute_dataset::Mixture`) the source becomes a component
+    /// of: the mixture keeps plans of several of the component's epochs and reads them interleaved (a
     /// component rolls over to its next epoch mid-batch), so a source whose samples depend on
     /// the epoch of the last [`Source::set_plan`] (a packed source's document order) must from
     /// now on give every epoch the same samples; the plans still order them anew. The default
@@ -66,6 +66,13 @@ pub trait Source: Send + Sync + 'static {
         None
     }
 
+    /// Metric families of the source's own (a mixture's samples per component and their
+    /// target shares), served beside the loader's in the Prometheus exposition, each series
+    /// labelled with the loader's labels too. Empty (the default) adds nothing.
+    fn metrics(&self) -> Vec<MetricFamily> {
+        Vec::new()
+    }
+
     /// `Some` for a source that orders its own samples (its definition says how each of its
     /// parts is shuffled): the loader then keeps its plan in order, accepts `shuffle` only
     /// where it agrees with the source's own order, and refuses a contradiction with the
@@ -89,6 +96,20 @@ pub trait Source: Send + Sync + 'static {
     fn remote_io(&self) -> Option<IoSnapshot> {
         None
     }
+}
+
+/// One metric family of a source's own (see [`Source::metrics`]), as Prometheus' text format
+/// has it: a name, a type, a help text, and one value per label set.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MetricFamily {
+    /// The name, Prometheus-style (`chute_..._total` for a counter).
+    pub name: String,
+    /// `counter` or `gauge`.
+    pub kind: &'static str,
+    /// What it measures, one line.
+    pub help: String,
+    /// Each series: its labels (name, value) and its value.
+    pub series: Vec<(Vec<(String, String)>, f64)>,
 }
 
 /// How a source that orders its own samples orders them (see [`Source::own_order`]).
@@ -166,6 +187,10 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
 
     fn stats(&self) -> Option<serde_json::Value> {
         (**self).stats()
+    }
+
+    fn metrics(&self) -> Vec<MetricFamily> {
+        (**self).metrics()
     }
 
     fn own_order(&self) -> Option<OwnOrder> {

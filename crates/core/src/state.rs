@@ -46,9 +46,9 @@ pub struct State {
     pub world_size: u64,
     /// Ordering mode.
     pub shuffle: Shuffle,
-    /// For a mixture, a fingerprint of each part of its definition (see
-    /// [`crate::mixture::part_fingerprints`]), so a state from another mixture is refused with
-    /// what differs named. Empty (and not written) otherwise.
+    /// For a source with a definition of parts (a mixture), a fingerprint of each part (see
+    /// [`crate::Source::definition_parts`]), so a state from another definition is refused
+    /// with what differs named. Empty (and not written) otherwise.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parts: BTreeMap<String, String>,
 }

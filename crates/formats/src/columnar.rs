@@ -1,5 +1,10 @@
-//! Arrow arrays as chute samples and batch columns: what the Parquet and Arrow IPC sources
-//! share. A column's [`Kind`] says what it becomes; [`field_at`] reads one row as a
+//! Arrow arrays as chute samples and batch columns: the skeleton the Parquet and Arrow IPC
+//! sources (and Hugging Face tables) share. [`read_files`] opens their files, [`Projected`]
+//! picks and checks the columns, [`Table`] holds what a source reads (the columns' names,
+//! kinds and stacks), makes its manifest, reads a row ([`Table::sample_at`]) or gathers a
+//! batch ([`Table::gather`]), and words each failure one way ([`Table::null_error`]). Each
+//! format supplies only what is its own: footers and pages, IPC messages, and where a row
+//! lies ([`At`]). A column's [`Kind`] says what it becomes; [`field_at`] reads one row as a
 //! [`Field`], [`gather`] copies a batch's rows straight from the arrays into pooled column
 //! buffers (no object per row).
 //!
@@ -116,6 +121,128 @@ fn unsupported(field: &ArrowField, origin: &str) -> Error {
         ),
     )
     .into()
+}
+
+/// The whole contents of `paths` (local files memory-mapped, URLs downloaded whole), refused
+/// when there are none: how a columnar source of files of `what` (`Parquet`, `Arrow IPC`)
+/// begins.
+pub(crate) fn read_files<P: AsRef<std::path::Path>>(
+    paths: &[P],
+    what: &str,
+) -> Result<Vec<(String, Bytes)>, Error> {
+    let contents = crate::open_whole(paths, false)?;
+    given(&contents, what)?;
+    Ok(contents)
+}
+
+/// Refuses an empty list of files of `what`.
+pub(crate) fn given<T>(contents: &[T], what: &str) -> Result<(), Error> {
+    if contents.is_empty() {
+        return Err(ConfigError::new("paths", format!("no {what} files given")).into());
+    }
+    Ok(())
+}
+
+/// Where a part of a columnar source lies, for errors: the file (or the data's name), the
+/// byte offset of the part in it, and what the part is (`row group 3`, `record batch 2`).
+#[derive(Debug)]
+pub(crate) struct At {
+    pub(crate) origin: String,
+    pub(crate) offset: u64,
+    pub(crate) part: String,
+}
+
+/// What a columnar source reads: the projected columns' names and kinds and how they are laid
+/// out in a batch (stacks).
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub(crate) names: Vec<String>,
+    pub(crate) kinds: Vec<Kind>,
+    pub(crate) layout: Layout,
+}
+
+impl Table {
+    /// The columns `projected` (of `origin`) laid out with `stack`.
+    pub(crate) fn new(projected: Projected, stack: &Stack, origin: &str) -> Result<Table, Error> {
+        let Projected { names, kinds, .. } = projected;
+        let layout = Layout::new(&names, &kinds, stack, origin)?;
+        Ok(Table {
+            names,
+            kinds,
+            layout,
+        })
+    }
+
+    /// The source's manifest: `shards` of `format`, with the columns (and the stacks) as
+    /// parameters, so a projection or a stack is part of the fingerprint.
+    pub(crate) fn manifest(
+        &self,
+        format: crate::Format,
+        shards: Vec<chute_core::ShardInfo>,
+        stack: &Stack,
+    ) -> chute_core::Manifest {
+        let mut manifest = chute_core::Manifest::new(format.name(), shards)
+            .with_param("columns", self.names.join(","));
+        if !stack.is_empty() {
+            manifest = manifest.with_param("stack", stack_param(stack));
+        }
+        manifest
+    }
+
+    /// Row `row` of `columns` as a sample with id `id`; `null(c)` makes the error for a null
+    /// in column `c` (see [`Table::null_error`]).
+    pub(crate) fn sample_at(
+        &self,
+        id: u64,
+        columns: &[ArrayRef],
+        row: usize,
+        null: impl Fn(usize) -> Error,
+    ) -> Result<Sample, Error> {
+        sample_at(
+            id,
+            &self.names,
+            &self.kinds,
+            &self.layout,
+            columns,
+            row,
+            null,
+        )
+    }
+
+    /// A batch's rows gathered into columns (see [`gather`]).
+    pub(crate) fn gather(
+        &self,
+        parts: &[&[ArrayRef]],
+        mirrors: Option<Mirrors<'_>>,
+        rows: &[(usize, usize)],
+        pool: &BufferPool,
+        null: impl Fn(usize, usize, usize) -> Error,
+    ) -> Result<Vec<(String, Column)>, Error> {
+        gather(
+            &self.names,
+            &self.kinds,
+            &self.layout,
+            parts,
+            mirrors,
+            rows,
+            pool,
+            null,
+        )
+    }
+
+    /// The error for a null in column `c`, row `row` of the part `at`: the one message every
+    /// columnar source gives.
+    pub(crate) fn null_error(&self, at: At, row: usize, c: usize) -> Error {
+        Error::corrupt(
+            at.origin,
+            at.offset,
+            format!(
+                "column {:?} is null in row {row} of {}; chute batches have no nulls: fill them \
+                 (or filter those rows) first",
+                self.names[c], at.part
+            ),
+        )
+    }
 }
 
 /// The places in `schema` of `columns` (all of them when `None`).

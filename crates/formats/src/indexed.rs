@@ -18,8 +18,6 @@ use std::path::{Path, PathBuf};
 use chute_core::{Error, Manifest, Plan};
 use chute_io::{Location, ShardSet};
 
-use crate::IndexMode;
-
 /// What an index file's name adds to its shard's.
 pub const INDEX_SUFFIX: &str = ".idx";
 
@@ -270,5 +268,55 @@ mod tests {
             }
             assert_eq!(open(IndexMode::Scan).unwrap(), 3, "{}", case.name);
         }
+    }
+}
+
+/// Where an indexed source (WebDataset tar shards, TFRecord files) gets each shard's sample
+/// offsets: the `<shard>.idx` files `chute index` writes, or a scan of the shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IndexMode {
+    /// Read `<shard>.idx` when it exists, scan the shard otherwise. The default.
+    #[default]
+    Auto,
+    /// Read `<shard>.idx`; a missing index is an error (for datasets too large to scan at
+    /// start-up).
+    Require,
+    /// Always scan, ignoring index files (for shards whose indexes may be stale).
+    Scan,
+}
+
+impl IndexMode {
+    /// Every mode, as [`IndexMode::name`]s them.
+    pub const ALL: [IndexMode; 3] = [IndexMode::Auto, IndexMode::Require, IndexMode::Scan];
+
+    /// `auto`, `require` or `scan`: what the CLI and Python take.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexMode::Auto => "auto",
+            IndexMode::Require => "require",
+            IndexMode::Scan => "scan",
+        }
+    }
+}
+
+impl std::fmt::Display for IndexMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for IndexMode {
+    type Err = chute_core::ConfigError;
+
+    fn from_str(s: &str) -> Result<IndexMode, chute_core::ConfigError> {
+        IndexMode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                chute_core::ConfigError::new(
+                    "index",
+                    format!("{s:?}; use \"auto\", \"require\" or \"scan\""),
+                )
+            })
     }
 }

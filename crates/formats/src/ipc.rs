@@ -32,7 +32,7 @@ use chute_core::{
 
 use chute_io::AtomicFile;
 
-use crate::columnar::{self, Kind, Layout};
+use crate::columnar::{self, Table};
 
 /// How to read Arrow IPC data.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -84,9 +84,7 @@ pub struct ArrowSource {
     /// Sample `i` is row `indices[i]` (a Hugging Face indices mapping), when set.
     indices: Option<Vec<u64>>,
     origin: String,
-    names: Vec<String>,
-    kinds: Vec<Kind>,
-    layout: Layout,
+    table: Table,
     manifest: Manifest,
     /// Samples in the dataset.
     len: u64,
@@ -98,7 +96,7 @@ impl std::fmt::Debug for ArrowSource {
             .field("files", &self.files.len())
             .field("record_batches", &self.parts.len())
             .field("indices", &self.indices.as_ref().map(Vec::len))
-            .field("columns", &self.names)
+            .field("columns", &self.table.names)
             .finish()
     }
 }
@@ -108,10 +106,7 @@ impl ArrowSource {
     /// stream: only the messages' metadata is read here. Every file must have the projected
     /// columns with the same types.
     pub fn open<P: AsRef<Path>>(paths: &[P], options: ArrowOptions) -> Result<Self, Error> {
-        if paths.is_empty() {
-            return Err(ConfigError::new("paths", "no Arrow IPC files given").into());
-        }
-        Self::from_bytes(crate::open_whole(paths, false)?, options)
+        Self::from_bytes(columnar::read_files(paths, "Arrow IPC")?, options)
     }
 
     /// Opens IPC files or streams already in memory, each `(name, bytes)` (a memory map's
@@ -120,9 +115,7 @@ impl ArrowSource {
         contents: Vec<(String, bytes::Bytes)>,
         options: ArrowOptions,
     ) -> Result<Self, Error> {
-        if contents.is_empty() {
-            return Err(ConfigError::new("paths", "no Arrow IPC files given").into());
-        }
+        columnar::given(&contents, "Arrow IPC")?;
         let mut files = Vec::new();
         let mut parts = Vec::new();
         let mut first: Option<(String, columnar::Projected)> = None;
@@ -154,8 +147,8 @@ impl ArrowSource {
                 projection,
             });
         }
-        let (origin, columnar::Projected { names, kinds, .. }) = first.expect("at least one file");
-        Self::assemble(files, parts, None, origin, names, kinds, &options)
+        let (origin, projected) = first.expect("at least one file");
+        Self::assemble(files, parts, None, origin, projected, &options)
     }
 
     /// A source over record batches already in memory (say, a table handed over through the
@@ -169,17 +162,14 @@ impl ArrowSource {
         origin: &str,
         options: ArrowOptions,
     ) -> Result<Self, Error> {
-        let columnar::Projected {
-            places: projection,
-            names,
-            kinds,
-        } = columnar::Projected::of(&schema, options.columns.as_deref(), origin)?;
+        let projected = columnar::Projected::of(&schema, options.columns.as_deref(), origin)?;
         let mut parts = Vec::with_capacity(batches.len());
         for (b, batch) in batches.into_iter().enumerate() {
             let rows = batch.num_rows();
-            let columns = projection
+            let columns = projected
+                .places
                 .iter()
-                .zip(&names)
+                .zip(&projected.names)
                 .map(|(&i, name)| {
                     columnar::checked(batch.column(i).clone(), rows, false, || {
                         format!("record batch {b}: column {name:?}")
@@ -201,8 +191,7 @@ impl ArrowSource {
             parts,
             indices,
             origin.to_string(),
-            names,
-            kinds,
+            projected,
             &options,
         )
     }
@@ -240,8 +229,7 @@ impl ArrowSource {
         parts: Vec<Part>,
         indices: Option<Vec<u64>>,
         origin: String,
-        names: Vec<String>,
-        kinds: Vec<Kind>,
+        projected: columnar::Projected,
         options: &ArrowOptions,
     ) -> Result<Self, Error> {
         let chunk_rows = options.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1) as u64;
@@ -312,12 +300,8 @@ impl ArrowSource {
                 }
             }
         }
-        let layout = Layout::new(&names, &kinds, &options.stack, &origin)?;
-        let mut manifest = Manifest::new(crate::Format::Arrow.name(), shards)
-            .with_param("columns", names.join(","));
-        if !options.stack.is_empty() {
-            manifest = manifest.with_param("stack", columnar::stack_param(&options.stack));
-        }
+        let table = Table::new(projected, &options.stack, &origin)?;
+        let manifest = table.manifest(crate::Format::Arrow, shards, &options.stack);
         let len = manifest.total_samples();
         Ok(ArrowSource {
             files,
@@ -325,9 +309,7 @@ impl ArrowSource {
             starts,
             indices,
             origin,
-            names,
-            kinds,
-            layout,
+            table,
             manifest,
             len,
         })
@@ -335,7 +317,7 @@ impl ArrowSource {
 
     /// The projected column names, in batch order.
     pub fn columns(&self) -> &[String] {
-        &self.names
+        &self.table.names
     }
 
     /// The columns of part `p`, decoded on first use.
@@ -385,7 +367,7 @@ impl ArrowSource {
         decoded
             .columns()
             .iter()
-            .zip(&self.names)
+            .zip(&self.table.names)
             .map(|(c, name)| {
                 columnar::checked(c.clone(), rows, false, || format!("column {name:?}"))
             })
@@ -393,15 +375,12 @@ impl ArrowSource {
     }
 
     fn null_error(&self, p: usize, row: usize, c: usize) -> Error {
-        Error::corrupt(
-            self.part_origin(p),
-            self.parts[p].offset,
-            format!(
-                "column {:?} is null in row {row} of record batch {p}; chute batches have no \
-                 nulls: fill them (or filter those rows) first",
-                self.names[c]
-            ),
-        )
+        let at = columnar::At {
+            origin: self.part_origin(p).to_string(),
+            offset: self.parts[p].offset,
+            part: format!("record batch {p}"),
+        };
+        self.table.null_error(at, row, c)
     }
 
     /// The row behind sample `id`, checked against the dataset's length.
@@ -430,15 +409,8 @@ impl Source for ArrowSource {
     fn read(&self, id: u64) -> Result<Sample, Error> {
         let (p, row) = self.locate(self.row(id)?);
         let columns = self.part(p)?;
-        columnar::sample_at(
-            id,
-            &self.names,
-            &self.kinds,
-            &self.layout,
-            columns,
-            row,
-            |c| self.null_error(p, row, c),
-        )
+        self.table
+            .sample_at(id, columns, row, |c| self.null_error(p, row, c))
     }
 
     fn collate(
@@ -475,16 +447,9 @@ impl ArrowSource {
             .iter()
             .map(|&p| self.part(p))
             .collect::<Result<Vec<_>, _>>()?;
-        columnar::gather(
-            &self.names,
-            &self.kinds,
-            &self.layout,
-            &parts,
-            None,
-            &rows,
-            pool,
-            |at, row, c| self.null_error(used[at], row, c),
-        )
+        self.table.gather(&parts, None, &rows, pool, |at, row, c| {
+            self.null_error(used[at], row, c)
+        })
     }
 }
 

@@ -40,7 +40,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::arrow_writer::ArrowWriter;
 
 use crate::Stack;
-use crate::columnar::{self, Kind, Layout, RowMajor};
+use crate::columnar::{self, RowMajor, Table};
 
 mod flat;
 mod pages;
@@ -215,9 +215,7 @@ pub struct ParquetSource {
     /// Rows per shard (a row group's last shard may hold fewer).
     chunk_rows: u64,
     manifest: Manifest,
-    names: Vec<String>,
-    kinds: Vec<Kind>,
-    layout: Layout,
+    table: Table,
     /// Decoded pieces by place in `pieces`, and the order they were last used in.
     cache: Mutex<(HashMap<usize, Group>, VecDeque<usize>)>,
     /// Pieces the cache holds at most.
@@ -252,7 +250,7 @@ impl std::fmt::Debug for ParquetSource {
             .field("row_groups", &self.groups.len())
             .field("pieces", &self.pieces.len())
             .field("shards", &self.chunks.len())
-            .field("columns", &self.names)
+            .field("columns", &self.table.names)
             .finish()
     }
 }
@@ -261,10 +259,7 @@ impl ParquetSource {
     /// Opens `paths` (local files memory-mapped, URLs downloaded whole; only footers are read
     /// here). Every file must have the projected columns with the same types.
     pub fn open<P: AsRef<Path>>(paths: &[P], options: ParquetOptions) -> Result<Self, Error> {
-        if paths.is_empty() {
-            return Err(ConfigError::new("paths", "no Parquet files given").into());
-        }
-        Self::from_bytes(crate::open_whole(paths, false)?, options)
+        Self::from_bytes(columnar::read_files(paths, "Parquet")?, options)
     }
 
     /// Opens Parquet files already in memory, each `(name, bytes)` (a memory map's view, a
@@ -273,9 +268,7 @@ impl ParquetSource {
         contents: Vec<(String, Bytes)>,
         options: ParquetOptions,
     ) -> Result<Self, Error> {
-        if contents.is_empty() {
-            return Err(ConfigError::new("paths", "no Parquet files given").into());
-        }
+        columnar::given(&contents, "Parquet")?;
         let mut files = Vec::new();
         let mut groups = Vec::new();
         let mut offsets = Vec::new();
@@ -404,23 +397,19 @@ impl ParquetSource {
                 flat,
             });
         }
-        let (origin, columnar::Projected { names, kinds, .. }) = first.expect("at least one file");
-        let layout = Layout::new(&names, &kinds, &options.stack, &origin)?;
+        let (origin, projected) = first.expect("at least one file");
+        let table = Table::new(projected, &options.stack, &origin)?;
         let avg = (total_decoded.max(1) / pieces.len().max(1) as u64) as usize;
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
         let cache_pieces = (cache_bytes / avg.max(1)).max(8);
-        let mut manifest = Manifest::new(crate::Format::Parquet.name(), shards)
-            .with_param("columns", names.join(","));
-        if !options.stack.is_empty() {
-            manifest = manifest.with_param("stack", columnar::stack_param(&options.stack));
-        }
+        let mut manifest = table.manifest(crate::Format::Parquet, shards, &options.stack);
         if chunks.len() > pieces.len() {
             // A piece's chunks are a unit: a block shuffle reads them together, so each
             // piece is decoded once an epoch, not once per chunk, and only the pieces of
             // the windows being read are in memory.
             manifest = manifest.with_units(piece_chunks.iter().map(|&c| c as u64).collect());
         }
-        let width = names.len();
+        let width = table.names.len();
         Ok(ParquetSource {
             files,
             consumed: (0..pieces.len()).map(|_| AtomicU64::new(0)).collect(),
@@ -433,15 +422,13 @@ impl ParquetSource {
             pieces,
             piece_rows,
             piece_chunks,
-            mirrored: columnar::has_fixed(&kinds, &layout),
+            mirrored: columnar::has_fixed(&table.kinds, &table.layout),
             groups,
             offsets,
             chunks,
             chunk_rows,
             manifest,
-            names,
-            kinds,
-            layout,
+            table,
             cache: Mutex::new((HashMap::new(), VecDeque::new())),
             cache_pieces,
             decoded: total_decoded,
@@ -453,12 +440,12 @@ impl ParquetSource {
 
     /// The projected column names, in the files' terms (before any stack).
     pub fn columns(&self) -> &[String] {
-        &self.names
+        &self.table.names
     }
 
     /// The batch's field names, in order (stacks in place of their columns).
     pub fn fields(&self) -> Vec<String> {
-        self.layout.names(&self.names)
+        self.table.layout.names(&self.table.names)
     }
 
     /// Decoded piece `p`: its columns from the cache, or decoded now. Columns are the unit
@@ -477,7 +464,7 @@ impl ParquetSource {
                 .entry(p)
                 .or_insert_with(|| {
                     Arc::new(Cached {
-                        slots: (0..self.names.len())
+                        slots: (0..self.table.names.len())
                             .map(|_| ColumnSlot::default())
                             .collect(),
                         rows: (0..self.pieces[p].rows.div_ceil(self.chunk_rows).max(1))
@@ -530,7 +517,13 @@ impl ParquetSource {
             let (p, columns, _) = &pieces[place];
             let first = chunk * self.chunk_rows as usize;
             let n = (self.pieces[*p].rows as usize - first).min(self.chunk_rows as usize);
-            Arc::new(RowMajor::new(&self.kinds, &self.layout, columns, first, n))
+            Arc::new(RowMajor::new(
+                &self.table.kinds,
+                &self.table.layout,
+                columns,
+                first,
+                n,
+            ))
         };
         let mut got: Vec<Option<Arc<RowMajor>>> = vec![None; wanted.len()];
         for wait in [false, true] {
@@ -590,7 +583,7 @@ impl ParquetSource {
             .unwrap_or_else(|why| {
                 Err(format!(
                     "row group {gi}, column {:?}: the decoder failed on corrupt data ({why})",
-                    self.names[c]
+                    self.table.names[c]
                 ))
             })
             .map_err(|e| format!("{} {e}", self.files[fi].path.display()))
@@ -599,7 +592,7 @@ impl ParquetSource {
     fn decode_inner(&self, p: usize, c: usize) -> Result<ArrayRef, String> {
         let Piece { group, first, rows } = self.pieces[p];
         let (_, gi, group_rows) = self.groups[group];
-        let name = &self.names[c];
+        let name = &self.table.names[c];
         let place = &self.cursors[group][c];
         let mut reading = place.lock().unwrap_or_else(|e| {
             // A decoder panicked holding it: its reader is in no known state.
@@ -738,7 +731,7 @@ impl ParquetSource {
     fn arrow_cursor(&self, group: usize, c: usize, first: u64) -> Result<Cursor, String> {
         let (fi, gi, _) = self.groups[group];
         let f = &self.files[fi];
-        let name = &self.names[c];
+        let name = &self.table.names[c];
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(f.data.clone(), f.meta.clone())
                 .with_row_groups(vec![gi])
@@ -782,16 +775,12 @@ impl ParquetSource {
     fn null_error(&self, p: usize, row: usize, col: usize) -> Error {
         let Piece { group, first, .. } = self.pieces[p];
         let (fi, gi, _) = self.groups[group];
-        let row = first as usize + row;
-        Error::corrupt(
-            self.files[fi].path.display().to_string(),
-            self.offsets[group],
-            format!(
-                "column {:?} is null in row {row} of row group {gi}; chute batches have no \
-                 nulls: fill them (or filter those rows) when writing the file",
-                self.names[col]
-            ),
-        )
+        let at = columnar::At {
+            origin: self.files[fi].path.display().to_string(),
+            offset: self.offsets[group],
+            part: format!("row group {gi}"),
+        };
+        self.table.null_error(at, first as usize + row, col)
     }
 
     /// Refuses reads under a global shuffle the decoded cache cannot serve: a batch of rows
@@ -837,15 +826,9 @@ impl Source for ParquetSource {
         self.order()?;
         let (p, row) = self.locate(id)?;
         let columns = self.piece(p)?;
-        let sample = columnar::sample_at(
-            id,
-            &self.names,
-            &self.kinds,
-            &self.layout,
-            &columns,
-            row,
-            |c| self.null_error(p, row, c),
-        );
+        let sample = self
+            .table
+            .sample_at(id, &columns, row, |c| self.null_error(p, row, c));
         drop(columns);
         self.consume(p, 1);
         sample
@@ -965,10 +948,7 @@ impl ParquetSource {
         let mirrors = self.mirrors(&pieces, &wanted);
         let parts: Vec<&[ArrayRef]> = pieces.iter().map(|(_, cols, _)| cols.as_slice()).collect();
         let copies: Vec<&RowMajor> = mirrors.iter().map(|m| m.as_ref()).collect();
-        let out = columnar::gather(
-            &self.names,
-            &self.kinds,
-            &self.layout,
+        let out = self.table.gather(
             &parts,
             Some((copies.as_slice(), mrows.as_slice())),
             &rows,

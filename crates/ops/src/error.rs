@@ -1,7 +1,7 @@
 //! The ops layer's errors: [`OpError`] says what was wrong with a value (an undecodable image,
 //! a label that is not a number, ...), [`BadData`] adds the sample's field it was found in.
 //!
-//! A [`Pipeline`](crate::Pipeline) fails a sample with a [`BadData`] (boxed, as every
+//! A [`SampleOps`](crate::SampleOps) fails a sample with a [`BadData`] (boxed, as every
 //! transform's error is); the loader reports it with the sample's key and shard, and with
 //! `on_error = skip` the sample is counted and replaced. The Python bindings raise every
 //! [`BadData`] as `chute.CorruptDataError`.
@@ -154,7 +154,7 @@ impl OpError {
     }
 }
 
-/// A sample whose data a [`Pipeline`](crate::Pipeline) cannot use: the field and what was
+/// A sample whose data a [`SampleOps`](crate::SampleOps) cannot use: the field and what was
 /// wrong with it. The message names both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

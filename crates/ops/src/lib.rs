@@ -5,7 +5,7 @@
 //! - [`Cast`], [`Select`], [`Rename`]: field-level conveniences. `Cast` is fused into
 //!   collation, so `u16` tokens become `int64` in the batch without an extra pass.
 //!
-//! - [`Pipeline`] ([`spec`]): ops per field declared as data (JSON), the same from Rust, the
+//! - [`SampleOps`] ([`spec`]): ops per field declared as data (JSON), the same from Rust, the
 //!   CLI and Python: image decoding and torchvision-style augmentation ([`image`]), labels,
 //!   `.npy`, JSON and text. The ops are checked and compiled into steps when it is built,
 //!   with the fusions decided then (region decoding, writing straight into the batch slot).
@@ -36,9 +36,11 @@ mod jpeg;
 mod libjpeg;
 mod pixels;
 pub mod spec;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 #[cfg(feature = "tokenizers")]
 pub mod text;
 
 pub use chute_core::{Cast, Compose, Rename, Select, Slot, Transform};
 pub use error::{BadData, OpError};
-pub use spec::{FieldOps, Op, Pipeline};
+pub use spec::{FieldOps, Op, SampleOps};

@@ -64,7 +64,7 @@ use crate::image::ColorMode;
 use crate::{BadData, OpError, Slot, Transform};
 
 mod step;
-use step::{Plan, Value};
+use step::{CompiledField, Value};
 
 /// An output size: one number (square, or the shorter side for `resize`) or `[h, w]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -324,17 +324,17 @@ enum FieldEntry {
 
 /// Ops per field, declared as data; a [`Transform`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct Pipeline {
+pub struct SampleOps {
     fields: Vec<FieldOps>,
     /// Batch columns written in place (see [`Transform::slots`]).
     slots: Vec<Slot>,
     /// Per field: its ops compiled into steps (see [`step`]).
-    plans: Vec<Plan>,
+    plans: Vec<CompiledField>,
 }
 
-impl Pipeline {
+impl SampleOps {
     /// A pipeline of `fields`, checked: every op must take what the op before it gives.
-    pub fn new(fields: Vec<FieldOps>) -> Result<Pipeline, ConfigError> {
+    pub fn new(fields: Vec<FieldOps>) -> Result<SampleOps, ConfigError> {
         for f in &fields {
             let field = f.names.join(";");
             if f.names.is_empty() || f.names.iter().any(String::is_empty) {
@@ -382,9 +382,9 @@ impl Pipeline {
                 slots.push(s);
                 slots.len() - 1
             });
-            plans.push(Plan::new(&f.ops, at.map(|at| (at, &slots[at]))));
+            plans.push(CompiledField::new(&f.ops, at.map(|at| (at, &slots[at]))));
         }
-        Ok(Pipeline {
+        Ok(SampleOps {
             fields,
             slots,
             plans,
@@ -392,7 +392,7 @@ impl Pipeline {
     }
 
     /// Parses the JSON form (see the module docs).
-    pub fn from_json(text: &str) -> Result<Pipeline, ConfigError> {
+    pub fn from_json(text: &str) -> Result<SampleOps, ConfigError> {
         let map: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(text).map_err(|e| {
                 ConfigError::new(
@@ -429,7 +429,7 @@ impl Pipeline {
                 optional,
             });
         }
-        Pipeline::new(fields)
+        SampleOps::new(fields)
     }
 
     /// The fields and their ops.
@@ -438,11 +438,11 @@ impl Pipeline {
     }
 }
 
-impl FromStr for Pipeline {
+impl FromStr for SampleOps {
     type Err = ConfigError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Pipeline::from_json(s)
+        SampleOps::from_json(s)
     }
 }
 
@@ -620,7 +620,7 @@ pub(crate) fn tokenizing(_: &Op) -> Result<(), String> {
 }
 
 /// Fails a sample with a [`BadData`] naming the field and what was wrong with it.
-impl Transform for Pipeline {
+impl Transform for SampleOps {
     fn apply(&self, sample: &mut Sample, rng: &mut SampleRng) -> Result<(), BoxError> {
         Ok(self.apply_fields(sample, rng, None)?)
     }
@@ -645,7 +645,7 @@ impl Transform for Pipeline {
     }
 }
 
-impl Pipeline {
+impl SampleOps {
     /// Runs every field's ops; with `out`, fields that have a slot are written into it.
     fn apply_fields(
         &self,
@@ -750,7 +750,7 @@ pub(crate) mod tests {
 
     #[test]
     fn imagenet_style_pipeline_gives_chw_floats_and_labels() {
-        let p = Pipeline::from_json(IMAGENET).unwrap();
+        let p = SampleOps::from_json(IMAGENET).unwrap();
         let mut s = sample(jpeg(60, 80));
         p.apply(&mut s, &mut SampleRng::for_sample(1, 0, 5))
             .unwrap();
@@ -778,7 +778,7 @@ pub(crate) mod tests {
     /// Labels stored as numbers (Parquet, Arrow, TFRecord int columns) pass as int64.
     #[test]
     fn label_takes_integer_scalars_and_refuses_other_arrays() {
-        let p = Pipeline::from_json(r#"{"cls": [{"op": "label"}]}"#).unwrap();
+        let p = SampleOps::from_json(r#"{"cls": [{"op": "label"}]}"#).unwrap();
         let mut rng = SampleRng::for_sample(1, 0, 5);
         let int32 = chute_core::Array::new(
             DType::I32,
@@ -808,7 +808,7 @@ pub(crate) mod tests {
     /// bytes, as `bytes` are; other arrays are refused saying what the op takes.
     #[test]
     fn decode_takes_bytes_held_as_a_uint8_array() {
-        let p = Pipeline::from_json(IMAGENET).unwrap();
+        let p = SampleOps::from_json(IMAGENET).unwrap();
         let jpg = jpeg(60, 80);
         let pixels = |s: &Sample| match s.get("image") {
             Some(Field::Array(a)) => a.data.clone(),
@@ -829,7 +829,7 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(pixels(&s), as_bytes, "the same pixels as from bytes");
 
-        let decode = Pipeline::from_json(r#"{"jpg": [{"op": "decode"}]}"#).unwrap();
+        let decode = SampleOps::from_json(r#"{"jpg": [{"op": "decode"}]}"#).unwrap();
         let floats = chute_core::Array::new(DType::F32, vec![2, 2], vec![0u8; 16].into());
         let mut s = Sample::new(0).with("jpg", Field::Array(floats));
         let e = decode
@@ -845,7 +845,7 @@ pub(crate) mod tests {
 
     #[test]
     fn randomness_comes_from_the_sample_rng_only() {
-        let p = Pipeline::from_json(IMAGENET).unwrap();
+        let p = SampleOps::from_json(IMAGENET).unwrap();
         let run = |epoch| {
             let mut s = sample(jpeg(60, 80));
             p.apply(&mut s, &mut SampleRng::for_sample(1, epoch, 5))
@@ -864,7 +864,7 @@ pub(crate) mod tests {
         // decode + random_resized_crop draws the crop from the header: the same draw as
         // after a full decode.
         let img = jpeg(64, 48);
-        let fused = Pipeline::from_json(
+        let fused = SampleOps::from_json(
             r#"{"jpg": [{"op": "decode"}, {"op": "random_resized_crop", "size": [20, 24]}]}"#,
         )
         .unwrap();
@@ -911,7 +911,7 @@ pub(crate) mod tests {
                         "as": "image"}}"#,
         ];
         for spec in cases {
-            let p = Pipeline::from_json(spec).unwrap();
+            let p = SampleOps::from_json(spec).unwrap();
             assert!(!p.slots().is_empty(), "{spec}");
             for index in 0..6 {
                 let mut s = sample(jpeg(60, 80));
@@ -953,53 +953,19 @@ pub(crate) mod tests {
                         "optional": true}}"#,
         ] {
             assert!(
-                Pipeline::from_json(spec).unwrap().slots().is_empty(),
+                SampleOps::from_json(spec).unwrap().slots().is_empty(),
                 "{spec}"
             );
         }
     }
 
-    /// CRC-32 (PNG's), for patching a chunk.
-    fn crc32(bytes: &[u8]) -> u32 {
-        let mut c = 0xFFFF_FFFFu32;
-        for &b in bytes {
-            c ^= u32::from(b);
-            for _ in 0..8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-            }
-        }
-        !c
-    }
-
     /// Decompression bombs: a small PNG whose header declares 60,000 x 60,000 pixels (10.8 GB
     /// of RGB), and a small JPEG whose frame header declares 65,500 x 65,500.
     fn bombs() -> Vec<(&'static str, Vec<u8>)> {
-        let mut png_data = Vec::new();
-        {
-            let mut enc = png::Encoder::new(&mut png_data, 4, 4);
-            enc.set_color(png::ColorType::Rgb);
-            enc.set_depth(png::BitDepth::Eight);
-            let mut writer = enc.write_header().unwrap();
-            writer.write_image_data(&[7u8; 48]).unwrap();
-        }
-        // IHDR: length (4), "IHDR" (4), width (4), height (4), ..., CRC over type + data.
-        png_data[16..20].copy_from_slice(&60_000u32.to_be_bytes());
-        png_data[20..24].copy_from_slice(&60_000u32.to_be_bytes());
-        let crc = crc32(&png_data[12..29]);
-        png_data[29..33].copy_from_slice(&crc.to_be_bytes());
-        let mut jpeg_data = jpeg(16, 16);
-        let sof = jpeg_data
-            .windows(2)
-            .position(|w| w == [0xFF, 0xC0])
-            .expect("a baseline frame header");
-        // FF C0, length (2), precision (1), height (2), width (2).
-        jpeg_data[sof + 5..sof + 7].copy_from_slice(&65_500u16.to_be_bytes());
-        jpeg_data[sof + 7..sof + 9].copy_from_slice(&65_500u16.to_be_bytes());
-        vec![("png", png_data), ("jpeg", jpeg_data)]
+        vec![
+            ("png", crate::testing::png_bomb()),
+            ("jpeg", crate::testing::jpeg_bomb(jpeg(16, 16))),
+        ]
     }
 
     #[test]
@@ -1011,7 +977,7 @@ pub(crate) mod tests {
                 r#"{"img": [{"op": "decode"}, {"op": "random_resized_crop", "size": 16}]}"#,
                 r#"{"img": [{"op": "decode", "max_pixels": 1000}]}"#,
             ] {
-                let p = Pipeline::from_json(spec).unwrap();
+                let p = SampleOps::from_json(spec).unwrap();
                 let mut s = Sample::new(0).with("img", Field::Bytes(data.clone().into()));
                 let e = p
                     .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
@@ -1025,13 +991,13 @@ pub(crate) mod tests {
         }
         // A real image under a lowered limit is refused the same way; under the default, read.
         let small = jpeg(40, 50);
-        let p = Pipeline::from_json(r#"{"img": [{"op": "decode", "max_pixels": 1999}]}"#).unwrap();
+        let p = SampleOps::from_json(r#"{"img": [{"op": "decode", "max_pixels": 1999}]}"#).unwrap();
         let mut s = Sample::new(0).with("img", Field::Bytes(small.clone().into()));
         let e = p
             .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
             .unwrap_err();
         assert!(e.to_string().contains("50 x 40 = 2000 pixels"), "{e}");
-        let p = Pipeline::from_json(r#"{"img": [{"op": "decode"}]}"#).unwrap();
+        let p = SampleOps::from_json(r#"{"img": [{"op": "decode"}]}"#).unwrap();
         let mut s = Sample::new(0).with("img", Field::Bytes(small.into()));
         p.apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
             .unwrap();
@@ -1083,7 +1049,7 @@ pub(crate) mod tests {
             r#"{"img": [{"op": "decode"}, {"op": "random_resized_crop", "size": 12}]}"#,
             r#"{"img": [{"op": "decode"}, {"op": "resize", "size": 15}]}"#,
         ] {
-            let p = Pipeline::from_json(spec).unwrap();
+            let p = SampleOps::from_json(spec).unwrap();
             let mut s = Sample::new(0).with("img", Field::Bytes(data.clone().into()));
             p.apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
                 .unwrap_or_else(|e| panic!("{spec}: {e}"));
@@ -1097,14 +1063,14 @@ pub(crate) mod tests {
     #[test]
     fn output_sizes_are_bounded_before_anything_is_allocated() {
         // A spec's size (found by the op_specs fuzz target: an overflow, then 10^18 bytes).
-        let e = Pipeline::from_json(
+        let e = SampleOps::from_json(
             r#"{"jpg": [{"op": "decode"}, {"op": "resize", "size": [48, 555555555555555552]}]}"#,
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("at most 65535 a side"), "{e}");
         assert!(
-            Pipeline::from_json(
+            SampleOps::from_json(
                 r#"{"jpg": [{"op": "decode"}, {"op": "center_crop", "size": 20000}]}"#
             )
             .is_err()
@@ -1125,7 +1091,7 @@ pub(crate) mod tests {
             r#"{"img": [{"op": "decode"}, {"op": "resize", "size": 4096}]}"#,
             r#"{"img": [{"op": "decode"}, {"op": "horizontal_flip"}, {"op": "resize", "size": 4096}]}"#,
         ] {
-            let p = Pipeline::from_json(spec).unwrap();
+            let p = SampleOps::from_json(spec).unwrap();
             let mut s = Sample::new(0).with("img", Field::Bytes(data.clone().into()));
             let e = p
                 .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
@@ -1137,7 +1103,7 @@ pub(crate) mod tests {
 
     #[test]
     fn resize_center_crop_gray_and_cast() {
-        let p = Pipeline::from_json(
+        let p = SampleOps::from_json(
             r#"{"jpg": [{"op": "decode", "mode": "gray"}, {"op": "resize", "size": 30},
                         {"op": "center_crop", "size": 28}, {"op": "cast", "dtype": "float32"}]}"#,
         )
@@ -1156,30 +1122,30 @@ pub(crate) mod tests {
 
     #[test]
     fn misordered_or_unknown_ops_are_refused_when_built() {
-        let e = Pipeline::from_json(r#"{"jpg": [{"op": "resize", "size": 3}]}"#).unwrap_err();
+        let e = SampleOps::from_json(r#"{"jpg": [{"op": "resize", "size": 3}]}"#).unwrap_err();
         assert!(
             e.to_string().contains("resize needs a decoded image"),
             "{e}"
         );
-        let e = Pipeline::from_json(
+        let e = SampleOps::from_json(
             r#"{"jpg": [{"op": "decode"}, {"op": "normalize", "mean": [0.5], "std": [0.5]},
                         {"op": "horizontal_flip"}]}"#,
         )
         .unwrap_err();
         assert!(e.to_string().contains("op 3"), "{e}");
-        let e = Pipeline::from_json(r#"{"jpg": [{"op": "sharpen"}]}"#).unwrap_err();
+        let e = SampleOps::from_json(r#"{"jpg": [{"op": "sharpen"}]}"#).unwrap_err();
         assert!(e.to_string().contains("sharpen"), "{e}");
-        let e = Pipeline::from_json(r#"{"jpg": [{"op": "decode", "mdoe": "rgb"}]}"#).unwrap_err();
+        let e = SampleOps::from_json(r#"{"jpg": [{"op": "decode", "mdoe": "rgb"}]}"#).unwrap_err();
         assert!(e.to_string().contains("mdoe"), "{e}");
-        let e = Pipeline::from_json(r#"{"jpg": [{"op": "horizontal_flip", "p": 2}]}"#);
+        let e = SampleOps::from_json(r#"{"jpg": [{"op": "horizontal_flip", "p": 2}]}"#);
         assert!(e.is_err());
-        let e = Pipeline::from_json(r#"[1, 2]"#).unwrap_err();
+        let e = SampleOps::from_json(r#"[1, 2]"#).unwrap_err();
         assert!(e.to_string().contains("JSON object"), "{e}");
     }
 
     #[test]
     fn bad_samples_say_what_is_wrong() {
-        let p = Pipeline::from_json(IMAGENET).unwrap();
+        let p = SampleOps::from_json(IMAGENET).unwrap();
         let mut img = jpeg(60, 80);
         img.truncate(img.len() / 3);
         let e = p
@@ -1193,7 +1159,7 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no field \"cls\"") && e.contains("txt"), "{e}");
-        let label = Pipeline::from_json(r#"{"cls": [{"op": "label"}]}"#).unwrap();
+        let label = SampleOps::from_json(r#"{"cls": [{"op": "label"}]}"#).unwrap();
         let mut s = Sample::new(0).with("cls", Field::Bytes(Bytes::from_static(b"dog")));
         let e = label
             .apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
@@ -1204,7 +1170,7 @@ pub(crate) mod tests {
 
     #[test]
     fn bad_data_names_the_field_and_the_kind() {
-        let p = Pipeline::from_json(
+        let p = SampleOps::from_json(
             r#"{"img": [{"op": "decode"}], "cls": {"ops": [{"op": "label"}], "optional": true},
                 "t": {"ops": [{"op": "text"}], "optional": true},
                 "j": {"ops": [{"op": "json"}], "optional": true},
@@ -1274,7 +1240,7 @@ pub(crate) mod tests {
 
     #[test]
     fn json_npy_and_text_fields() {
-        let p = Pipeline::from_json(
+        let p = SampleOps::from_json(
             r#"{"a": [{"op": "json"}], "b": [{"op": "json"}], "n": [{"op": "npy"}],
                 "t": [{"op": "text"}]}"#,
         )

@@ -252,9 +252,9 @@ pub type Crossing<'a> = &'a mut dyn FnMut(Batch) -> bool;
 
 /// Runs the doctor on `loader`'s source, transforms and options (the loader itself is not
 /// advanced; its source is given the loader's plan again at the end, but a source's own
-/// counters, such as a mixture's samples per component, include the doctor's reads). Fails
-/// with the first error a stage met (a sample that does not read, say), or when `crossing`
-/// asks to stop.
+/// counters, such as samples per part of a source made of several, include the doctor's
+/// reads). Fails with the first error a stage met (a sample that does not read, say), or when
+/// `crossing` asks to stop.
 pub fn diagnose(
     loader: &Loader,
     options: &DoctorOptions,

@@ -459,7 +459,8 @@ impl Loader {
     /// they are the rest of the epoch order from a position on; under `block` shuffle the
     /// old ranks had each read the head of a contiguous slice, and the new ranks divide what
     /// is left of those slices, in order (see [`Plan::rest_after`]). The batch size may
-    /// change with the world size (a fixed global batch); only a mixture's may not.
+    /// change with the world size (a fixed global batch), except for a source whose definition
+    /// parts include it ([`chute_core::Source::definition_parts`]).
     pub fn restore(&mut self, state: &State) -> Result<(), StateError> {
         if state.version != STATE_VERSION {
             return Err(StateError::Version {
@@ -483,7 +484,7 @@ impl Loader {
                     .filter(|k| !parts.contains_key(*k))
                     .cloned(),
             );
-            return Err(StateError::Mixture { differs });
+            return Err(StateError::Definition { differs });
         }
         if state.dataset != self.fingerprint {
             return Err(StateError::Dataset {

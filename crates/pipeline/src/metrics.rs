@@ -20,7 +20,8 @@
 //! | `chute_epoch` | gauge | the epoch being read |
 //! | `chute_window_samples_per_second`, `chute_window_wait_ratio` | gauge | over the loader's `stats_window` |
 //! | `chute_remote_bytes_total`, `_requests_total`, `_retries_total`, `_cache_hits_total`, `_shards_total`, `_failures_total` | counter | the remote reads of the loader's source (as `stats()`'s `remote`) |
-//! | `chute_mixture_samples_total{component}`, `chute_mixture_target_ratio{component}` | counter, gauge | a mixture's samples per component and its target share |
+//!
+//! and each source's own families ([`chute_core::Source::metrics`]), labelled the same way.
 //!
 //! The server is bound to `127.0.0.1` unless another address is given; it answers `GET
 //! /metrics` (and `/`), one connection at a time, each given 5 s in all. A loader whose rank
@@ -35,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use chute_core::Source;
+use chute_core::{MetricFamily, Source};
 
 use crate::stats::{Stats, StatsSnapshot, snapshot};
 
@@ -350,44 +351,37 @@ pub fn render_snapshots(loaders: &[(Labels, StatsSnapshot)]) -> String {
         "Time the consumer waited for each batch.",
         &hist,
     );
-    let (mut served, mut target) = (String::new(), String::new());
+    // The sources' own families (`Source::metrics`), each family's series from every loader
+    // together, in the order the families first appear.
+    let mut own: Vec<(MetricFamily, String)> = Vec::new();
     for (l, s) in loaders {
-        let Some(components) = s
-            .source
-            .as_ref()
-            .and_then(|v| v.get("components"))
-            .and_then(|v| v.as_object())
-        else {
-            continue;
-        };
-        for (name, c) in components {
-            let lb = labels(l, &[("component", name)]);
-            let get = |k: &str| c.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
-            let _ = writeln!(
-                served,
-                "chute_mixture_samples_total{{{lb}}} {}",
-                num(get("samples"))
-            );
-            let _ = writeln!(
-                target,
-                "chute_mixture_target_ratio{{{lb}}} {}",
-                num(get("target"))
-            );
+        for f in &s.source_metrics {
+            let at = match own.iter().position(|(g, _)| g.name == f.name) {
+                Some(at) => at,
+                None => {
+                    own.push((f.clone(), String::new()));
+                    own.len() - 1
+                }
+            };
+            for (labels_of, value) in &f.series {
+                let pairs: Vec<(&str, &str)> = labels_of
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                let _ = writeln!(
+                    own[at].1,
+                    "{}{{{}}} {}",
+                    f.name,
+                    labels(l, &pairs),
+                    num(*value)
+                );
+            }
         }
     }
-    if !served.is_empty() {
-        family(
-            "chute_mixture_samples_total",
-            "counter",
-            "Samples a mixture served per component.",
-            &served,
-        );
-        family(
-            "chute_mixture_target_ratio",
-            "gauge",
-            "The share of the mixture's samples each component should have served.",
-            &target,
-        );
+    for (f, text) in &own {
+        if !text.is_empty() {
+            family(&f.name, f.kind, &f.help, text);
+        }
     }
     out
 }

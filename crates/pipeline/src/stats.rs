@@ -463,6 +463,7 @@ impl Stats {
             },
             wait_histogram,
             source: None,
+            source_metrics: Vec::new(),
         }
     }
 }
@@ -560,10 +561,14 @@ pub struct StatsSnapshot {
     pub queue: QueueStats,
     /// How long the consumer waited for each batch.
     pub wait_histogram: WaitHistogram,
-    /// The source's own figures ([`chute_core::Source::stats`]: a mixture's samples per
-    /// component against the target), when it has any.
+    /// The source's own figures ([`chute_core::Source::stats`]: samples per part of a source
+    /// made of several, against its target), when it has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<serde_json::Value>,
+    /// The source's own metric families ([`chute_core::Source::metrics`]), for the metrics
+    /// endpoint (not serialized: `source` holds the same figures).
+    #[serde(skip)]
+    pub source_metrics: Vec<chute_core::MetricFamily>,
 }
 
 /// Figures over a span of time: totals within it and rates.
@@ -633,5 +638,6 @@ pub struct WaitHistogram {
 pub(crate) fn snapshot(stats: &Stats, source: &dyn Source) -> StatsSnapshot {
     let mut s = stats.snapshot();
     s.source = source.stats();
+    s.source_metrics = source.metrics();
     s
 }

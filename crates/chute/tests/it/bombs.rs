@@ -185,7 +185,7 @@ fn bombs_in(dir: &Path) {
     npy.extend((header.len() as u16).to_le_bytes());
     npy.extend(header.as_bytes());
     npy.extend([0u8; 16]);
-    let e = chute::formats::token_ids_from_npy(&npy, "bomb.npy").unwrap_err();
+    let e = chute::dataset::token_ids_from_npy(&npy, "bomb.npy").unwrap_err();
     assert!(e.to_string().contains("bomb.npy"), "npy: {e}");
 
     // Images: a PNG declaring 60,000 x 60,000 and a JPEG declaring 65,500 x 65,500 among good
@@ -204,12 +204,13 @@ fn bombs_in(dir: &Path) {
         "images.tar",
     );
     w.write("a", &[("img", &good)]).unwrap();
-    w.write("b", &[("img", &png_bomb())]).unwrap();
+    w.write("b", &[("img", &chute::ops::testing::png_bomb())])
+        .unwrap();
     w.write("c", &[("img", &good)]).unwrap();
     w.write("d", &[("img", &jpeg_bomb)]).unwrap();
     w.finish().unwrap();
     let src: Arc<dyn Source> = chute::open(&[&shard], &OpenOptions::default()).unwrap();
-    let ops = chute::ops::Pipeline::from_json(
+    let ops = chute::ops::SampleOps::from_json(
         r#"{"img": [{"op": "decode"}, {"op": "center_crop", "size": 8}]}"#,
     )
     .unwrap();
@@ -498,44 +499,4 @@ fn framed(record: &[u8]) -> Vec<u8> {
     out.extend(record);
     out.extend(masked_crc32c(record).to_le_bytes());
     out
-}
-
-/// A PNG whose IHDR declares 60,000 x 60,000 RGB pixels (10.8 GB), with one byte of data.
-fn png_bomb() -> Vec<u8> {
-    let mut ihdr = b"IHDR".to_vec();
-    ihdr.extend(60_000u32.to_be_bytes());
-    ihdr.extend(60_000u32.to_be_bytes());
-    ihdr.extend([8, 2, 0, 0, 0]); // 8 bits, RGB, deflate, adaptive filter, no interlace
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    png.extend(13u32.to_be_bytes());
-    png.extend(&ihdr);
-    png.extend(crc32(&ihdr).to_be_bytes());
-    // IDAT: a zlib stream of one stored byte (header, stored block of 1, Adler-32).
-    let mut idat = b"IDAT".to_vec();
-    idat.extend([
-        0x78, 0x01, 0x01, 0x01, 0x00, 0xFE, 0xFF, 0x00, 0x00, 0x01, 0x00, 0x01,
-    ]);
-    png.extend(12u32.to_be_bytes());
-    png.extend(&idat);
-    png.extend(crc32(&idat).to_be_bytes());
-    png.extend(0u32.to_be_bytes());
-    png.extend(b"IEND");
-    png.extend(crc32(b"IEND").to_be_bytes());
-    png
-}
-
-/// CRC-32 (PNG's chunks).
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut c = 0xFFFF_FFFFu32;
-    for &b in bytes {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
 }

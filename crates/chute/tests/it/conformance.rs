@@ -12,7 +12,7 @@ use chute::formats::ipc::IpcWriter;
 use chute::formats::parquet::ParquetWriter;
 use chute::formats::tfrecord::{TfRecordFileWriter, WriterOptions};
 use chute::formats::webdataset::{ShardWriter, ShardWriterOptions};
-use chute::ops::Pipeline;
+use chute::ops::SampleOps;
 use chute::pipeline::Loader;
 use chute::pipeline::check::{check_matrix, check_resume};
 use chute::{DType, Format, OpenOptions, Shuffle, Source, TokenSource};
@@ -161,7 +161,7 @@ fn open(format: Format, dir: &Path) -> Arc<dyn Source> {
     source
 }
 
-fn conform(source: Arc<dyn Source>, transform: Option<Pipeline>, what: &str) {
+fn conform(source: Arc<dyn Source>, transform: Option<SampleOps>, what: &str) {
     for shuffle in [Shuffle::None, Shuffle::Global, Shuffle::Block { window: 2 }] {
         let make = |w: usize, p: usize| {
             let mut b = Loader::builder_arc(source.clone())
@@ -210,7 +210,7 @@ fn webdataset_shards_conform_with_and_without_image_ops() {
     let dir = tempfile::tempdir().unwrap();
     let source = open(Format::WebDataset, dir.path());
     conform(source.clone(), None, "webdataset");
-    let ops: Pipeline = r#"{"jpg": {"as": "image", "ops": [{"op": "decode"},
+    let ops: SampleOps = r#"{"jpg": {"as": "image", "ops": [{"op": "decode"},
         {"op": "random_resized_crop", "size": 16}, {"op": "horizontal_flip"}]},
         "cls": [{"op": "label"}]}"#
         .parse()

@@ -90,35 +90,9 @@ fn upload(dir: &Path, bucket: &str, prefix: &str) {
     }
 }
 
-/// WebDataset shards of 40 samples each (random sizes), with index files.
+/// WebDataset shards `wds-NN.tar` of 40 random samples each, with index files.
 fn write_wds(dir: &Path, shards: u64) -> Vec<PathBuf> {
-    std::fs::create_dir_all(dir).unwrap();
-    let pattern = dir.join("wds-%02d.tar");
-    let mut w = ShardWriter::new(
-        pattern.to_str().unwrap(),
-        ShardWriterOptions {
-            max_count: 40,
-            write_index: true,
-            ..ShardWriterOptions::default()
-        },
-    )
-    .unwrap();
-    let mut rng = SampleRng::from_key(11);
-    for i in 0..shards * 40 {
-        let n = 100 + rng.below(3000) as usize;
-        let data: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
-        let cls = (i % 10).to_string();
-        w.write(
-            &format!("s{i:05}"),
-            &[("bin", &data), ("cls", cls.as_bytes())],
-        )
-        .unwrap();
-    }
-    w.finish()
-        .unwrap()
-        .into_iter()
-        .map(|s| PathBuf::from(s.path))
-        .collect()
+    chute::formats::testing::random_webdataset(dir, "wds", &vec![40; shards as usize], 11)
 }
 
 /// TFRecord shards of 60 Examples each, with index files.
@@ -624,7 +598,7 @@ fn soak_memory_threads_and_files_stay_flat() {
         .map(|s| format!("http://127.0.0.1:{port}/soak/soak-{s:02}.tar"))
         .collect();
 
-    let ops = chute::ops::Pipeline::from_json(r#"{"npy": [{"op": "npy"}]}"#).unwrap();
+    let ops = chute::ops::SampleOps::from_json(r#"{"npy": [{"op": "npy"}]}"#).unwrap();
     let mut loader = Loader::builder(wds(&urls))
         .batch_size(BATCH)
         .shuffle(Shuffle::Block { window: 1 })

@@ -6,9 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use chute::core::SampleRng;
-use chute::formats::webdataset::{ShardWriter, ShardWriterOptions};
-
 use crate::{json, ok};
 
 struct Servers {
@@ -39,30 +36,9 @@ fn servers(test: &str) -> Option<Servers> {
     })
 }
 
-/// `n` WebDataset shards `wds-NN.tar` of 30 samples, with index files; their paths.
+/// `n` WebDataset shards `wds-NN.tar` of 30 random samples, with index files; their paths.
 fn shards(dir: &Path, n: u64) -> Vec<PathBuf> {
-    let pattern = dir.join("wds-%02d.tar");
-    let mut w = ShardWriter::new(
-        pattern.to_str().unwrap(),
-        ShardWriterOptions {
-            max_count: 30,
-            write_index: true,
-            ..ShardWriterOptions::default()
-        },
-    )
-    .unwrap();
-    let mut rng = SampleRng::from_key(7);
-    for i in 0..n * 30 {
-        let data: Vec<u8> = (0..200 + rng.below(2000))
-            .map(|_| rng.next_u64() as u8)
-            .collect();
-        w.write(&format!("k{i:04}"), &[("bin", &data)]).unwrap();
-    }
-    w.finish()
-        .unwrap()
-        .into_iter()
-        .map(|s| PathBuf::from(s.path))
-        .collect()
+    chute::formats::testing::random_webdataset(dir, "wds", &vec![30; n as usize], 7)
 }
 
 /// `chute bench ARGS --json --digest --quiet` with short retry settings.
@@ -201,27 +177,10 @@ fn a_killed_download_leaves_no_corrupt_cache_entry() {
 
 /// Shards of uneven sizes (`counts` samples each) with index files, and their manifest.
 fn uneven_shards(dir: &Path, counts: &[u64]) -> PathBuf {
-    let mut rng = SampleRng::from_key(11);
-    let mut paths = Vec::new();
-    let mut key = 0;
-    for (i, &n) in counts.iter().enumerate() {
-        let mut w = ShardWriter::new(
-            dir.join(format!("plan-{i:02}-%d.tar")).to_str().unwrap(),
-            ShardWriterOptions {
-                write_index: true,
-                ..ShardWriterOptions::default()
-            },
-        )
-        .unwrap();
-        for _ in 0..n {
-            let data: Vec<u8> = (0..100 + rng.below(3000))
-                .map(|_| rng.next_u64() as u8)
-                .collect();
-            w.write(&format!("k{key:05}"), &[("bin", &data)]).unwrap();
-            key += 1;
-        }
-        paths.extend(w.finish().unwrap().into_iter().map(|s| s.path));
-    }
+    let paths: Vec<String> = chute::formats::testing::random_webdataset(dir, "plan", counts, 11)
+        .into_iter()
+        .map(|p| p.display().to_string())
+        .collect();
     let manifest = dir.join("manifest.json");
     let mut args = vec!["index".to_string()];
     args.extend(paths);
@@ -328,7 +287,7 @@ fn plan_figures_equal_what_the_ranks_read() {
                 let bytes: u64 = shards
                     .iter()
                     .map(|&s| {
-                        std::fs::metadata(dir.path().join(format!("plan-{s:02}-0.tar")))
+                        std::fs::metadata(dir.path().join(format!("plan-{s:02}.tar")))
                             .unwrap()
                             .len()
                     })

@@ -524,7 +524,7 @@ mod tests {
     fn the_fuzzers_typed_desync_is_refused_at_once() {
         // Found by the parquet_file fuzz target: a 1,098-byte file whose footer kept
         // arrow-rs's parser busy for minutes.
-        let data = include_bytes!("../../fuzz/seeds/parquet_file/arrow-rs-desync-skip");
+        let data = include_bytes!("../../../../fuzz/seeds/parquet_file/arrow-rs-desync-skip");
         let start = Instant::now();
         let contents = vec![("desync.parquet".to_string(), Bytes::from_static(data))];
         let err = ParquetSource::from_bytes(contents, ParquetOptions::default()).unwrap_err();

@@ -15,7 +15,7 @@ pub(super) fn framed(records: &[&[u8]]) -> Vec<u8> {
     w.into_inner().unwrap()
 }
 
-pub(super) use crate::test_support::corrupt;
+pub(super) use crate::testing::corrupt;
 
 /// Every record of `input` as `(offset, data)`, through [`records`].
 pub(super) fn all(input: &[u8], options: FramingOptions) -> Result<Vec<(u64, Vec<u8>)>, Error> {

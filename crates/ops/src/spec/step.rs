@@ -1,4 +1,4 @@
-//! A field's ops compiled into [`Step`]s when the [`Pipeline`](super::Pipeline) is built.
+//! A field's ops compiled into [`Step`]s when the [`SampleOps`](super::SampleOps) is built.
 //!
 //! The fusions are decided once, from the op list: `decode` with the `random_resized_crop` or
 //! `resize` after it (the region is drawn from the header and decoded alone, at a reduced
@@ -34,7 +34,7 @@ pub(super) enum Value {
 
 /// One field's compiled steps.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Plan {
+pub(super) struct CompiledField {
     /// What `apply` runs.
     pub(super) steps: Vec<Step>,
     /// For a field with a batch slot: the slot's index and what `apply_into` runs, which
@@ -42,11 +42,11 @@ pub(super) struct Plan {
     pub(super) into_slot: Option<(usize, Vec<Step>)>,
 }
 
-impl Plan {
+impl CompiledField {
     /// The plan for `ops` (checked to fit together), with `slot` (index and column) when
     /// the field has one.
-    pub(super) fn new(ops: &[Op], slot: Option<(usize, &Slot)>) -> Plan {
-        Plan {
+    pub(super) fn new(ops: &[Op], slot: Option<(usize, &Slot)>) -> CompiledField {
+        CompiledField {
             steps: compile(ops, None),
             into_slot: slot.map(|(at, slot)| (at, compile(ops, Some(slot)))),
         }

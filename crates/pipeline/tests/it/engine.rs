@@ -205,7 +205,7 @@ fn transform_error_names_the_sample_and_iteration_goes_on() {
         let msg = err.to_string();
         assert!(matches!(err, Error::Transform { .. }), "{msg}");
         assert!(
-            msg.contains("sample 13") && msg.contains("shard-1") && msg.contains("bad pixels"),
+            msg.contains("sample 13") && msg.contains("s1") && msg.contains("bad pixels"),
             "{msg}"
         );
         assert!(

@@ -1,7 +1,6 @@
 //! The engine's integration tests (one binary).
 
 mod engine;
-mod mixture;
 mod observe;
 mod resume;
 mod support;

@@ -1,7 +1,5 @@
 use bytes::Bytes;
-use chute_core::{
-    Array, BoxError, DType, Error, Field, Manifest, Sample, SampleRng, ShardInfo, Source,
-};
+use chute_core::{Array, BoxError, DType, Error, Field, Manifest, Sample, SampleRng, Source};
 
 /// A synthetic source: sample `id` has an array `x = [id, id+1, id+2]` (u32, cast to i64 by
 /// default) and a text field `key`.
@@ -11,17 +9,8 @@ pub(crate) struct Synthetic {
 
 impl Synthetic {
     pub(crate) fn new(counts: &[u64]) -> Self {
-        let shards = counts
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| ShardInfo {
-                path: format!("shard-{i}"),
-                samples: n,
-                bytes: n * 12,
-            })
-            .collect();
         Synthetic {
-            manifest: Manifest::new("synthetic", shards),
+            manifest: chute_core::testing::manifest_sized(counts, |_, n| n * 12),
         }
     }
 }

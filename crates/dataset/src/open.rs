@@ -1,16 +1,18 @@
-//! One way to open a dataset: [`open`] (and [`Dataset`], what it resolves), used by the
-//! command line and the Python package alike.
+//! One way to open a dataset: [`Opened::open`] and [`open`] (and [`Dataset`], what it
+//! resolves), used by the command line and the Python package alike.
 //!
 //! Inputs are shard files, URLs, brace patterns (`train-{000000..000127}.tar`), globs
 //! (`data/*.parquet`, `shards/**/*.tar`, local paths only), directories (every shard of the
 //! format inside, sorted by name, or the `manifest.json` inside when there is one) and
 //! manifests (`manifest.json` written by `chute index` or `chute convert --index`, a path or a
 //! URL). The format is given ([`OpenOptions::format`]) or detected: from the manifest, or from
-//! the files' extensions ([`Format::from_path`]), which must agree.
+//! the files' extensions ([`Format::from_path`]), which must agree. A single mixture file opens
+//! its mixture; with a tokenizer the inputs are text files of any kind ([`open_texts`]).
 //!
 //! ```
 //! use chute_core::{DType, Source};
-//! use chute_formats::{Format, OpenOptions, TokenWriter, open};
+//! use chute_dataset::{OpenOptions, open};
+//! use chute_formats::{Format, TokenWriter};
 //!
 //! let dir = tempfile::tempdir()?;
 //! for name in ["b.bin", "a.bin"] {
@@ -29,201 +31,26 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 
-use chute_core::{ConfigError, Corruption, DType, Error, Manifest, Source, TextEncoder};
+use bytes::Bytes;
+use chute_core::{ConfigError, Corruption, DType, Error, Manifest, Source};
+use chute_formats::example::ExampleOptions;
+use chute_formats::{
+    Format, TfRecordOptions, TfRecordSource, TokenOptions, TokenSource, WebDatasetOptions,
+    WebDatasetSource, expand_braces, format_of, is_megatron_bin, open_whole,
+};
 use chute_io::Location;
 
-use crate::example::ExampleOptions;
-use crate::{
-    Documents, IndexMode, PackOptions, PackedSource, Stack, TfRecordOptions, TfRecordSource,
-    TokenOptions, TokenSource, WebDatasetOptions, WebDatasetSource, expand_braces,
-};
+use crate::documents::Documents;
+use crate::mixture::file::{is_mixture_file, open_mixture_file};
+use crate::mixture::{MIXTURE_FORMAT, Mixture};
+use crate::options::{DEFAULT_SEQ_LEN, OpenOptions};
+use crate::pack::{PackOptions, PackedSource};
+use crate::text_files::TextFile;
 
 /// The file name [`open`] looks for in a directory, and `chute index` writes.
 pub const MANIFEST_NAME: &str = "manifest.json";
-
-/// The formats chute reads. The name ([`Format::name`], `Display`, `FromStr`) is the one
-/// manifests record and the CLI and Python take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Format {
-    /// Flat little-endian token ids (nanoGPT's `.bin`).
-    Tokens,
-    /// WebDataset tar shards (`.tar`): files sharing a key form a sample.
-    WebDataset,
-    /// TFRecord files (`.tfrecord`, `.tfrecords`, `.tfrec`, optionally `.gz`).
-    TfRecord,
-    /// Apache Parquet (`.parquet`, `.pq`).
-    Parquet,
-    /// Apache Arrow IPC files and streams (`.arrow`, `.arrows`, `.feather`, `.ipc`), such as
-    /// a Hugging Face `save_to_disk` folder's.
-    Arrow,
-    /// Megatron-Core indexed datasets: `<prefix>.bin` with its `<prefix>.idx` (named by the
-    /// prefix, either file, or a folder). A `.bin` whose `.idx` is a Megatron index is one.
-    Megatron,
-}
-
-impl Format {
-    /// Every format, in the order they are listed in messages.
-    pub const ALL: [Format; 6] = [
-        Format::Tokens,
-        Format::WebDataset,
-        Format::TfRecord,
-        Format::Parquet,
-        Format::Arrow,
-        Format::Megatron,
-    ];
-
-    /// The format's name: `tokens`, `webdataset`, `tfrecord`, `parquet`, `arrow` or
-    /// `megatron`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Format::Tokens => "tokens",
-            Format::WebDataset => "webdataset",
-            Format::TfRecord => "tfrecord",
-            Format::Parquet => "parquet",
-            Format::Arrow => "arrow",
-            Format::Megatron => "megatron",
-        }
-    }
-
-    /// The file extensions that mean this format (a trailing `.gz` is looked through for
-    /// TFRecord).
-    pub fn extensions(self) -> &'static [&'static str] {
-        match self {
-            Format::Tokens => &["bin"],
-            Format::WebDataset => &["tar"],
-            Format::TfRecord => &["tfrecord", "tfrecords", "tfrec"],
-            Format::Parquet => &["parquet", "pq"],
-            Format::Arrow => &["arrow", "arrows", "feather", "ipc"],
-            // `.bin`, told from token files by its index ([`is_megatron_bin`]).
-            Format::Megatron => &[],
-        }
-    }
-
-    /// The format a file name's extension implies, if any: `train-000.tar` is WebDataset,
-    /// `x.tfrecord.gz` TFRecord, `https://host/x.parquet?sig=...` Parquet.
-    pub fn from_path(path: &Path) -> Option<Format> {
-        let text = path.to_str()?;
-        // A URL's query or fragment is not part of the object's name.
-        let name = match text.split_once("://") {
-            Some((_, rest)) => rest.split(['?', '#']).next()?.rsplit('/').next()?,
-            None => path.file_name()?.to_str()?,
-        };
-        let gz = name.strip_suffix(".gz");
-        let base = gz.unwrap_or(name);
-        // TensorFlow Datasets numbers shards after the extension:
-        // `mnist-train.tfrecord-00000-of-00004`.
-        if base.contains(".tfrecord-") || base.contains(".tfrecords-") {
-            return Some(Format::TfRecord);
-        }
-        let ext = base.rsplit_once('.')?.1;
-        Format::ALL
-            .into_iter()
-            .filter(|f| gz.is_none() || *f == Format::TfRecord)
-            .find(|f| f.extensions().contains(&ext))
-    }
-
-    fn names() -> String {
-        let names: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
-        names.join(", ")
-    }
-}
-
-impl fmt::Display for Format {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Format {
-    type Err = ConfigError;
-
-    fn from_str(s: &str) -> Result<Format, ConfigError> {
-        Format::ALL
-            .into_iter()
-            .find(|f| f.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                ConfigError::new(
-                    "format",
-                    format!("{s:?} is not a format chute reads; use {}", Format::names()),
-                )
-            })
-    }
-}
-
-/// How [`open`] reads a dataset: the format (detected when `None`) and each format's
-/// options. Fields a format does not use are ignored.
-#[derive(Debug, Clone)]
-pub struct OpenOptions {
-    /// The format; by default the manifest's, or the one the files' extensions imply.
-    pub format: Option<Format>,
-    /// Token files: tokens per training sequence (a sample is `seq_len + 1` tokens). By
-    /// default the manifest's, else 1,024.
-    pub seq_len: Option<usize>,
-    /// Token files: the stored token type. By default the manifest's, else `uint16`.
-    pub token_dtype: Option<DType>,
-    /// Token files: the dtype of the batch tensor (default `int64`).
-    pub out_dtype: DType,
-    /// Parquet or Arrow columns, or TFRecord features, to read, in this order (default: all).
-    pub columns: Option<Vec<String>>,
-    /// Parquet and Arrow: rows per shard (row groups and record batches are split into
-    /// chunks of this many rows).
-    pub chunk_rows: Option<usize>,
-    /// Parquet and Arrow: columns stacked into one `[B, k]` column (see [`Stack`]).
-    pub stack: Stack,
-    /// Parquet: bytes of decoded data kept in memory for later epochs (default: none kept,
-    /// pieces of row groups are dropped once read; see `ParquetOptions::cache_bytes`).
-    pub cache_bytes: Option<usize>,
-    /// Tar and TFRecord: where shard indexes come from.
-    pub index: IndexMode,
-    /// TFRecord: records as raw bytes (a `record` field) instead of `tf.train.Example`s.
-    pub raw: bool,
-    /// TFRecord: verify each record's CRC32Cs (the default).
-    pub verify_checksums: bool,
-    /// Token files, Megatron datasets, tokenized Parquet and Arrow: documents packed into rows
-    /// ([`PackedSource`]; its `seq_len` and `out_dtype` are the options above). Megatron
-    /// datasets are packed (`concat` by default) whether set or not; token files only when
-    /// set, their documents ending with `eos_id` (which is then their delimiter, not
-    /// appended); Parquet and Arrow only when set, one document a row, its ids in the list
-    /// column `columns[0]` (default `input_ids`) and, when named, its labels in `columns[1]`
-    /// (a `labels` column in every packing mode, -100 on padding).
-    pub pack: Option<PackOptions>,
-    /// Text documents tokenized when opened ([`crate::text`]): with a tokenizer the inputs are
-    /// JSON Lines, Parquet, Arrow, tar, TFRecord or text files whatever their format, every
-    /// document is tokenized by it (on its threads) and packed by `pack` (`concat` by
-    /// default), `seq_len` and `out_dtype` as for token files.
-    pub tokenizer: Option<Arc<dyn TextEncoder>>,
-    /// With `tokenizer`: the JSON key, column, tar member extension or feature holding each
-    /// document's text (default `text`).
-    pub text_field: Option<String>,
-}
-
-/// Tokens per sequence when neither the options nor a manifest say.
-pub const DEFAULT_SEQ_LEN: usize = 1024;
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        OpenOptions {
-            format: None,
-            seq_len: None,
-            token_dtype: None,
-            out_dtype: DType::I64,
-            columns: None,
-            chunk_rows: None,
-            stack: Stack::new(),
-            cache_bytes: None,
-            index: IndexMode::Auto,
-            raw: false,
-            verify_checksums: true,
-            pack: None,
-            tokenizer: None,
-            text_field: None,
-        }
-    }
-}
 
 /// What a list of inputs names: the format, the shard files (paths or URLs) in order and the
 /// manifest they came from, if any. [`Dataset::resolve`] makes it; [`Dataset::open`] opens it.
@@ -238,24 +65,176 @@ pub struct Dataset {
     pub manifest: Option<(String, Manifest)>,
 }
 
-/// Resolves `inputs` and opens them: [`Dataset::resolve`] then [`Dataset::open`].
-/// A single `.json` input holding a mixture (see [`crate::mixture`]) opens that mixture.
+/// What [`Opened::open`] opened: the source, and what its callers would otherwise work out
+/// again (which format it is, the mixture it is).
+#[derive(Clone)]
+pub struct Opened {
+    /// The source.
+    pub source: Arc<dyn Source>,
+    /// What the inputs were.
+    pub kind: Kind,
+}
+
+/// What the inputs of [`Opened::open`] were.
+#[derive(Clone)]
+pub enum Kind {
+    /// A dataset of one format (shard files, a folder, a manifest...): what they resolved to.
+    Dataset(Dataset),
+    /// A mixture file: the mixture (also [`Opened::source`]).
+    Mixture(Arc<Mixture>),
+    /// Text files tokenized when opened ([`OpenOptions::tokenizer`]).
+    Text,
+}
+
+impl fmt::Debug for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kind::Dataset(d) => write!(f, "Dataset({}, {} files)", d.format, d.files.len()),
+            Kind::Mixture(_) => f.write_str("Mixture"),
+            Kind::Text => f.write_str("Text"),
+        }
+    }
+}
+
+impl fmt::Debug for Opened {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Opened")
+            .field("kind", &self.kind_name())
+            .field("samples", &self.source.manifest().total_samples())
+            .finish()
+    }
+}
+
+impl Opened {
+    /// Resolves `inputs` and opens them (see the module documentation): the mixture when the
+    /// only input is a mixture file and no format is given ([`crate::mixture::file`]); else
+    /// text tokenized when `options` has a tokenizer; else [`Dataset::resolve`] then
+    /// [`Dataset::open`].
+    pub fn open<P: AsRef<Path>>(inputs: &[P], options: &OpenOptions) -> Result<Opened, Error> {
+        if let [one] = inputs
+            && options.format.is_none()
+            && is_mixture_file(one.as_ref())
+        {
+            let mixture = Arc::new(open_mixture_file(one.as_ref(), &|paths, o| open(paths, o))?);
+            return Ok(Opened {
+                source: Arc::clone(&mixture) as Arc<dyn Source>,
+                kind: Kind::Mixture(mixture),
+            });
+        }
+        if let Some(encoder) = &options.tokenizer {
+            let files = expand_files(inputs)?;
+            if files.is_empty() {
+                return Err(ConfigError::new("paths", "no text files given").into());
+            }
+            let name = files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let field = options.text_field.as_deref().unwrap_or("text");
+            let docs = crate::text_files::tokenize(
+                name,
+                &mut open_texts(&files, field),
+                field,
+                encoder.as_ref(),
+            )?;
+            let source = Arc::new(PackedSource::new(docs, pack_options(options, None))?);
+            return Ok(Opened {
+                source,
+                kind: Kind::Text,
+            });
+        }
+        let dataset = Dataset::resolve(inputs, options.format)?;
+        Ok(Opened {
+            source: dataset.open(options)?,
+            kind: Kind::Dataset(dataset),
+        })
+    }
+
+    /// The name of what was opened: the format's ([`Format::name`]), `mixture` or `text`.
+    pub fn kind_name(&self) -> &'static str {
+        match &self.kind {
+            Kind::Dataset(d) => d.format.name(),
+            Kind::Mixture(_) => MIXTURE_FORMAT,
+            Kind::Text => "text",
+        }
+    }
+
+    /// The dataset the inputs resolved to, when they were of one format.
+    pub fn dataset(&self) -> Option<&Dataset> {
+        match &self.kind {
+            Kind::Dataset(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The mixture, when the inputs were a mixture file.
+    pub fn mixture(&self) -> Option<&Arc<Mixture>> {
+        match &self.kind {
+            Kind::Mixture(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
+/// Resolves `inputs` and opens them: the source of [`Opened::open`].
 pub fn open<P: AsRef<Path>>(inputs: &[P], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
-    if let Some(encoder) = &options.tokenizer {
-        let files = expand_files(inputs)?;
-        let field = options.text_field.as_deref().unwrap_or("text");
-        let docs = crate::text::tokenize(&files, field, encoder.as_ref())?;
-        return Ok(Arc::new(PackedSource::new(
-            docs,
-            pack_options(options, None),
-        )?));
-    }
-    if let [one] = inputs
-        && crate::mixture::is_mixture_file(one.as_ref())
-    {
-        return Ok(Arc::new(crate::mixture::open_mixture_file(one.as_ref())?));
-    }
-    Dataset::resolve(inputs, options.format)?.open(options)
+    Ok(Opened::open(inputs, options)?.source)
+}
+
+/// Each of `files` as text to read ([`crate::text_files`]), opened one at a time as the
+/// iterator is advanced: JSON Lines (`.jsonl`, `.ndjson`, `.json`) read whole; Parquet,
+/// Arrow, tar and TFRecord files opened as sources with `field` as their only column; any
+/// other file read whole as one document. Paths or URLs (a URL is downloaded whole, through
+/// the node cache when one is set).
+pub fn open_texts<'a>(
+    files: &'a [PathBuf],
+    field: &'a str,
+) -> impl Iterator<Item = Result<TextFile, Error>> + 'a {
+    files.iter().map(move |file| {
+        let name = file.display().to_string();
+        let whole = || -> Result<Bytes, Error> {
+            Ok(open_whole(std::slice::from_ref(file), false)?
+                .pop()
+                .expect("one file")
+                .1)
+        };
+        if is_json_lines(file) {
+            return Ok(TextFile::JsonLines {
+                name,
+                data: whole()?,
+            });
+        }
+        match Format::from_path(file) {
+            Some(
+                format @ (Format::Parquet | Format::Arrow | Format::WebDataset | Format::TfRecord),
+            ) => {
+                let options = OpenOptions {
+                    format: Some(format),
+                    columns: Some(vec![field.to_string()]),
+                    ..Default::default()
+                };
+                let dataset = Dataset::resolve(std::slice::from_ref(file), Some(format))?;
+                Ok(TextFile::Records {
+                    name,
+                    source: dataset.open(&options)?,
+                })
+            }
+            _ => Ok(TextFile::Whole {
+                name,
+                data: whole()?,
+            }),
+        }
+    })
+}
+
+/// Whether `path` is read as JSON Lines.
+fn is_json_lines(path: &Path) -> bool {
+    let name = path.to_string_lossy();
+    let name = name.split(['?', '#']).next().unwrap_or_default();
+    [".jsonl", ".ndjson", ".json"]
+        .iter()
+        .any(|e| name.ends_with(e))
 }
 
 /// The packing options: `options.pack` (or the defaults) with the `seq_len` and
@@ -290,6 +269,17 @@ impl Dataset {
     /// formats without `format` are [`ConfigError`]s naming the input.
     pub fn resolve<P: AsRef<Path>>(inputs: &[P], format: Option<Format>) -> Result<Dataset, Error> {
         resolve(inputs, format, InDirectory::Manifest)
+    }
+
+    /// [`Dataset::resolve`] for token files: every input is a token file whatever its
+    /// extension (a folder's `.bin` files), and the dataset is a Megatron one when every file
+    /// is a `.bin` with a Megatron index beside it ([`is_megatron_bin`]).
+    pub fn resolve_token_files<P: AsRef<Path>>(inputs: &[P]) -> Result<Dataset, Error> {
+        let mut dataset = Dataset::resolve(inputs, Some(Format::Tokens))?;
+        if !dataset.files.is_empty() && dataset.files.iter().all(|f| is_megatron_bin(f)) {
+            dataset.format = Format::Megatron;
+        }
+        Ok(dataset)
     }
 
     /// [`Dataset::resolve`], except that a directory always stands for the shards inside,
@@ -500,12 +490,14 @@ fn stale(recorded: &Manifest, opened: &Manifest) -> Option<String> {
 
 #[cfg(feature = "arrow")]
 fn open_arrow(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
-    let opts = crate::ipc::ArrowOptions {
+    let opts = chute_formats::ipc::ArrowOptions {
         columns: options.columns.clone(),
         chunk_rows: options.chunk_rows,
         stack: options.stack.clone(),
     };
-    Ok(Arc::new(crate::ipc::ArrowSource::open(files, opts)?))
+    Ok(Arc::new(chute_formats::ipc::ArrowSource::open(
+        files, opts,
+    )?))
 }
 
 #[cfg(not(feature = "arrow"))]
@@ -519,14 +511,16 @@ fn open_arrow(_: &[PathBuf], _: &OpenOptions) -> Result<Arc<dyn Source>, Error> 
 
 #[cfg(feature = "parquet")]
 fn open_parquet(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
-    let opts = crate::parquet::ParquetOptions {
+    let opts = chute_formats::parquet::ParquetOptions {
         columns: options.columns.clone(),
         chunk_rows: options.chunk_rows,
         stack: options.stack.clone(),
         cache_bytes: options.cache_bytes,
         ..Default::default()
     };
-    Ok(Arc::new(crate::parquet::ParquetSource::open(files, opts)?))
+    Ok(Arc::new(chute_formats::parquet::ParquetSource::open(
+        files, opts,
+    )?))
 }
 
 #[cfg(not(feature = "parquet"))]
@@ -665,7 +659,7 @@ fn expand_one(input: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> R
     }
     // A Megatron dataset named by its prefix or its `.idx`: its `.bin` stands for it.
     if !local.is_file() || local.extension().is_some_and(|e| e == "idx") {
-        let (_, bin) = crate::megatron::paths_of(&local);
+        let (_, bin) = chute_formats::megatron::paths_of(&local);
         if bin != local && is_megatron_bin(&bin) {
             out.push(bin);
             return Ok(());
@@ -704,27 +698,6 @@ fn expand_one(input: &Path, format: Option<Format>, out: &mut Vec<PathBuf>) -> R
     found.sort();
     out.extend(found);
     Ok(())
-}
-
-/// True when `path` is a local `.bin` whose `.idx` beside it is a Megatron index.
-pub fn is_megatron_bin(path: &Path) -> bool {
-    use std::io::Read;
-    if path.extension().is_none_or(|e| e != "bin") {
-        return false;
-    }
-    let (idx, _) = crate::megatron::paths_of(path);
-    let mut head = [0u8; 9];
-    std::fs::File::open(idx)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok_and(|()| crate::megatron::is_index(&head))
-}
-
-/// The format of a shard file by its name, and by its index for a Megatron `.bin`.
-fn format_of(path: &Path) -> Option<Format> {
-    match Format::from_path(path) {
-        Some(Format::Tokens) if is_megatron_bin(path) => Some(Format::Megatron),
-        f => f,
-    }
 }
 
 /// Files beside shards that are never shards: index files, manifests, unfinished writes.

@@ -4,8 +4,8 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use chute::formats::{Pack, PackOptions};
-//! use chute::text::Tokenizer;
+//! use chute::dataset::{Pack, PackOptions};
+//! use chute::tokenizer::Tokenizer;
 //! use chute::{OpenOptions, ops::text::EncodeOptions};
 //!
 //! let tokenizer = Tokenizer::load("tokenizer.json", EncodeOptions::default(), 0)?;

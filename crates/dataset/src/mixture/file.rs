@@ -1,4 +1,5 @@
-//! Mixture files: a [`Mixture`] described in JSON, its components opened by [`crate::open`].
+//! Mixture files: a [`Mixture`] described in JSON, its components opened by the opener it is
+//! handed ([`crate::open`] when the opener reads the file).
 //!
 //! ```json
 //! {
@@ -21,17 +22,19 @@
 //! - `weights`: name -> weight, or a schedule `{"0": {...}, "100000": {...}}` keyed by global
 //!   sample position; `ramp` (default false) moves linearly between points. Default: equal.
 //! - `mode` (`stratified`, `random`), `policy` (`stop_on_first`, `stop_on_all`, `cycle`),
-//!   `samples_per_epoch`, `seed`, `source_column`: as [`chute_core::MixtureBuilder`] takes them.
+//!   `samples_per_epoch`, `seed`, `source_column`: as [`super::MixtureBuilder`] takes them.
 //!
 //! Relative paths are relative to the file's folder.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use chute_core::{Component, ConfigError, DType, Error, MixMode, Mixture, Policy, Shuffle, Source};
+use chute_core::{ConfigError, DType, Error, Shuffle, Source};
+use chute_formats::IndexMode;
 use serde_json::{Map, Value};
 
-use crate::{IndexMode, OpenOptions};
+use super::{Component, MixMode, Mixture, Policy};
+use crate::options::OpenOptions;
 
 /// Whether `path` is a mixture file: a `.json` file holding an object with `components`.
 pub fn is_mixture_file(path: &Path) -> bool {
@@ -43,9 +46,10 @@ pub fn is_mixture_file(path: &Path) -> bool {
             .is_some_and(|v| v.get("components").is_some())
 }
 
-/// Opens the mixture file at `path` (see the module documentation).
-pub fn open_mixture_file(path: &Path) -> Result<Mixture, Error> {
-    open_mixture_file_at(path, 0, &|paths, options| crate::open(paths, options))
+/// Opens the mixture file at `path` (see the module documentation), its components opened by
+/// `open`.
+pub fn open_mixture_file(path: &Path, open: Opener<'_>) -> Result<Mixture, Error> {
+    open_mixture_file_at(path, 0, open)
 }
 
 /// How a mixture file's components are opened: their paths and options to a source.

@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use chute_core::{
-    Array, Column, Component, Field, FnSource, MixMode, Mixture, Policy, Sample, Shuffle,
-    StateError,
-};
-use chute_pipeline::Loader;
-use chute_pipeline::check::{check_matrix, check_resume};
+use chute::core::{Array, Column, Field, FnSource, Sample, Shuffle, StateError};
+use chute::dataset::{Component, MixMode, Mixture, Policy};
+use chute::pipeline::Loader;
+use chute::pipeline::check::{check_matrix, check_resume};
 
 /// A component of `len` samples whose field `v` is `tag * 1_000_000 + id`.
 fn comp(name: &str, tag: u64, len: u64) -> Component {
@@ -40,7 +38,7 @@ fn three(weights: [f64; 3], mode: MixMode) -> Mixture {
     .unwrap()
 }
 
-fn column_i64(batch: &chute_core::Batch, name: &str) -> Vec<i64> {
+fn column_i64(batch: &chute::core::Batch, name: &str) -> Vec<i64> {
     match batch.get(name) {
         Some(Column::Tensor(t)) => t
             .as_bytes()
@@ -106,7 +104,7 @@ fn metrics_show_each_component_against_its_target() {
         batch.unwrap();
     }
     let stats = loader.stats().source.unwrap();
-    let text = chute_pipeline::metrics::render();
+    let text = chute::pipeline::metrics::render();
     for name in ["web", "code", "math"] {
         let labels = format!(r#"rank="0",loader="mixture-metrics",component="{name}""#);
         let value = |metric: &str| -> f64 {
@@ -256,7 +254,7 @@ fn states_of_another_mixture_and_shuffled_loaders_are_refused() {
         .unwrap();
     let e = b.restore(&state).unwrap_err();
     assert!(
-        matches!(&e, StateError::Mixture { differs } if differs == &["weights".to_string()]),
+        matches!(&e, StateError::Definition { differs } if differs == &["weights".to_string()]),
         "{e}"
     );
     assert!(e.to_string().contains("weights differs"), "{e}");

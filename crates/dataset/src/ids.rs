@@ -1,6 +1,6 @@
 //! Token ids from other tools' output: whitespace-separated text ([`parse_token_text`]) and
 //! integer `.npy` arrays ([`token_ids_from_npy`]), ready for a
-//! [`TokenWriter`](crate::TokenWriter).
+//! [`TokenWriter`](chute_formats::TokenWriter).
 
 use chute_core::{DType, Error};
 
@@ -67,7 +67,7 @@ fn quote(token: &str) -> String {
 /// Reads token ids from an integer `.npy` array of any shape, flattened in C order.
 ///
 /// Accepts every integer dtype; fails with [`Error::Corrupt`] naming `origin` if the file is
-/// not a readable `.npy` array (see [`NpyHeader::parse`](crate::NpyHeader::parse)), holds
+/// not a readable `.npy` array (see [`NpyHeader::parse`](chute_formats::NpyHeader::parse)), holds
 /// floats or bools, or holds a value below 0 or above `u32::MAX` (naming its flat index,
 /// value and byte offset).
 pub fn token_ids_from_npy(bytes: &[u8], origin: &str) -> Result<Vec<u32>, Error> {
@@ -119,8 +119,8 @@ pub fn token_ids_from_npy(bytes: &[u8], origin: &str) -> Result<Vec<u32>, Error>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::corrupt;
     use chute_core::npy::write_npy;
+    use chute_formats::testing::corrupt;
 
     #[test]
     fn parses_whitespace_separated_ids() {

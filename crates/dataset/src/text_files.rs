@@ -5,27 +5,57 @@
 //! other name: one document each). Paths or URLs (a URL is downloaded whole, through the
 //! node cache when one is set).
 //!
-//! [`read_texts`] is what `chute tokenize` reads; [`tokenize`] is what the one opener calls for
-//! a text source with a tokenizer: every document tokenized when opened, on the encoder's
-//! threads, into [`Documents`] in memory, so packing knows the epoch's rows up front.
+//! The opener decides what each file is and hands it over as a [`TextFile`]
+//! ([`crate::open_texts`]). [`read_texts`] is what `chute tokenize` reads; [`tokenize`]
+//! is what the opener calls for a text source with a tokenizer: every document tokenized when
+//! opened, on the encoder's threads, into [`Documents`] in memory, so packing knows the
+//! epoch's rows up front.
 
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
-use chute_core::{ConfigError, DType, Error, Field, TextEncoder};
+use chute_core::{ConfigError, DType, Error, Field, Source, TextEncoder};
 
-use crate::{Format, OpenOptions, documents::Documents};
+use crate::documents::Documents;
 
 /// Documents handed to the encoder at once.
 const CHUNK: usize = 16_384;
 
-/// Whether `path` is read as JSON Lines.
-fn is_json_lines(path: &Path) -> bool {
-    let name = path.to_string_lossy();
-    let name = name.split(['?', '#']).next().unwrap_or_default();
-    [".jsonl", ".ndjson", ".json"]
-        .iter()
-        .any(|e| name.ends_with(e))
+/// One file of text, as the opener hands it over ([`crate::open_texts`]).
+pub enum TextFile {
+    /// JSON Lines: one object a line, the text under the field.
+    JsonLines {
+        /// The file's path or URL.
+        name: String,
+        /// Its bytes.
+        data: Bytes,
+    },
+    /// The rows of a Parquet or Arrow file, or the samples of a tar shard or TFRecord file,
+    /// opened with the text field as their only column.
+    Records {
+        /// The file's path or URL.
+        name: String,
+        /// The file opened as a source.
+        source: Arc<dyn Source>,
+    },
+    /// A whole text file: one document.
+    Whole {
+        /// The file's path or URL.
+        name: String,
+        /// Its bytes.
+        data: Bytes,
+    },
+}
+
+impl std::fmt::Debug for TextFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (kind, name) = match self {
+            TextFile::JsonLines { name, .. } => ("JsonLines", name),
+            TextFile::Records { name, .. } => ("Records", name),
+            TextFile::Whole { name, .. } => ("Whole", name),
+        };
+        f.debug_tuple(kind).field(name).finish()
+    }
 }
 
 /// Calls `each` with every document's text of `files` in order (see the module
@@ -33,67 +63,54 @@ fn is_json_lines(path: &Path) -> bool {
 /// holds it; stops when `each` returns `false`. A line that is not a JSON object, a document
 /// without `field` or whose text is not UTF-8 is an error naming the file and the line or row.
 pub fn read_texts(
-    files: &[PathBuf],
+    files: &mut dyn Iterator<Item = Result<TextFile, Error>>,
     field: &str,
     each: &mut dyn FnMut(String) -> Result<bool, Error>,
 ) -> Result<(), Error> {
     for file in files {
-        let name = file.display().to_string();
-        if is_json_lines(file) {
-            let (_, data) = crate::open_whole(std::slice::from_ref(file), false)?
-                .pop()
-                .expect("one file");
-            if !json_lines(&name, &data, field, each)? {
-                return Ok(());
-            }
-            continue;
-        }
-        match Format::from_path(file) {
-            Some(
-                format @ (Format::Parquet | Format::Arrow | Format::WebDataset | Format::TfRecord),
-            ) => {
-                let options = OpenOptions {
-                    format: Some(format),
-                    columns: Some(vec![field.to_string()]),
-                    ..Default::default()
-                };
-                let source = crate::open(std::slice::from_ref(file), &options)?;
-                let n = source.manifest().total_samples();
-                for row in 0..n {
-                    let sample = source.read(row)?;
-                    let text = match sample.get(field) {
-                        Some(Field::Text(b) | Field::Bytes(b)) => utf8(&name, "row", row, b)?,
-                        Some(other) => {
-                            return Err(ConfigError::new(
-                                "text_field",
-                                format!(
-                                    "{name} row {row}: {field:?} holds {}, not text",
-                                    other.describe()
-                                ),
-                            )
-                            .into());
-                        }
-                        None => {
-                            let has: Vec<&str> = sample.fields.iter().map(|(n, _)| &**n).collect();
-                            return Err(missing(&name, "row", row, field, &has.join(", ")));
-                        }
-                    };
-                    if !each(text)? {
-                        return Ok(());
-                    }
-                }
-            }
-            _ => {
-                let (_, data) = crate::open_whole(std::slice::from_ref(file), false)?
-                    .pop()
-                    .expect("one file");
-                if !each(utf8(&name, "file", 0, &data)?)? {
-                    return Ok(());
-                }
-            }
+        let more = match file? {
+            TextFile::JsonLines { name, data } => json_lines(&name, &data, field, each)?,
+            TextFile::Records { name, source } => records(&name, source.as_ref(), field, each)?,
+            TextFile::Whole { name, data } => each(utf8(&name, "file", 0, &data)?)?,
+        };
+        if !more {
+            return Ok(());
         }
     }
     Ok(())
+}
+
+/// The documents of one file's rows or samples; `false` when `each` asked to stop.
+fn records(
+    name: &str,
+    source: &dyn Source,
+    field: &str,
+    each: &mut dyn FnMut(String) -> Result<bool, Error>,
+) -> Result<bool, Error> {
+    for row in 0..source.manifest().total_samples() {
+        let sample = source.read(row)?;
+        let text = match sample.get(field) {
+            Some(Field::Text(b) | Field::Bytes(b)) => utf8(name, "row", row, b)?,
+            Some(other) => {
+                return Err(ConfigError::new(
+                    "text_field",
+                    format!(
+                        "{name} row {row}: {field:?} holds {}, not text",
+                        other.describe()
+                    ),
+                )
+                .into());
+            }
+            None => {
+                let has: Vec<&str> = sample.fields.iter().map(|(n, _)| &**n).collect();
+                return Err(missing(name, "row", row, field, &has.join(", ")));
+            }
+        };
+        if !each(text)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The documents of one JSON Lines file; `false` when `each` asked to stop.
@@ -170,26 +187,19 @@ fn missing(name: &str, what: &str, at: u64, field: &str, has: &str) -> Error {
 
 /// Every document of `files` (see [`read_texts`]) tokenized by `encoder`, a chunk of
 /// documents at a time, into documents in memory: `uint16` ids when the vocabulary fits, else
-/// `uint32`. Their manifest's fingerprint covers the files' names, `field` and the encoder's
-/// fingerprint.
+/// `uint32`. Their manifest's fingerprint covers `name` (the files' names), `field` and the
+/// encoder's fingerprint.
 pub fn tokenize(
-    files: &[PathBuf],
+    name: String,
+    files: &mut dyn Iterator<Item = Result<TextFile, Error>>,
     field: &str,
     encoder: &dyn TextEncoder,
 ) -> Result<Documents, Error> {
-    if files.is_empty() {
-        return Err(ConfigError::new("paths", "no text files given").into());
-    }
     let dtype = if encoder.vocab_size() <= 1 << 16 {
         DType::U16
     } else {
         DType::U32
     };
-    let name = files
-        .iter()
-        .map(|f| f.display().to_string())
-        .collect::<Vec<_>>()
-        .join(",");
     let mut data: Vec<u8> = Vec::new();
     let mut starts = vec![0u64];
     let mut chunk: Vec<String> = Vec::with_capacity(CHUNK);
@@ -256,45 +266,71 @@ mod tests {
         }
     }
 
+    fn json(text: &[u8]) -> TextFile {
+        TextFile::JsonLines {
+            name: "a.jsonl".into(),
+            data: Bytes::copy_from_slice(text),
+        }
+    }
+
+    fn docs(a: &[u8]) -> Result<Documents, Error> {
+        let files = [
+            json(a),
+            TextFile::Whole {
+                name: "b.txt".into(),
+                data: Bytes::new(),
+            },
+        ];
+        tokenize(
+            "a,b".into(),
+            &mut files.into_iter().map(Ok),
+            "text",
+            &Bytewise,
+        )
+    }
+
     #[test]
     fn json_lines_and_text_files_are_read_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("a.jsonl");
-        std::fs::write(
-            &a,
-            "{\"text\": \"one\"}\n\n{\"text\": \"zwei \\u00fc\", \"n\": 2}\n",
-        )
-        .unwrap();
-        let b = dir.path().join("b.txt");
-        std::fs::write(&b, "three\nlines\n").unwrap();
-        let files = vec![a.clone(), b];
+        let a = "{\"text\": \"one\"}\n\n{\"text\": \"zwei \\u00fc\", \"n\": 2}\n".as_bytes();
+        let files = || {
+            [
+                json(a),
+                TextFile::Whole {
+                    name: "b.txt".into(),
+                    data: Bytes::from_static(b"three\nlines\n"),
+                },
+            ]
+            .into_iter()
+            .map(Ok)
+        };
         let mut got = Vec::new();
-        read_texts(&files, "text", &mut |t| {
+        read_texts(&mut files(), "text", &mut |t| {
             got.push(t);
             Ok(true)
         })
         .unwrap();
         assert_eq!(got, ["one", "zwei ü", "three\nlines\n"]);
-        let docs = tokenize(&files, "text", &Bytewise).unwrap();
+        let docs = tokenize("a,b".into(), &mut files(), "text", &Bytewise).unwrap();
         assert_eq!(docs.len(), 3);
         assert_eq!(docs.doc_len(1), "zwei ü".len() as u64);
         assert_eq!(docs.dtype(), DType::U16);
         // Stopping early reads no further.
         let mut n = 0;
-        read_texts(&files, "text", &mut |_| {
+        read_texts(&mut files(), "text", &mut |_| {
             n += 1;
             Ok(false)
         })
         .unwrap();
         assert_eq!(n, 1);
-        std::fs::write(&a, "{\"text\": \"one\"}\n[1, 2]\n").unwrap();
-        let e = tokenize(&files, "text", &Bytewise).unwrap_err().to_string();
+        let e = docs_err(b"{\"text\": \"one\"}\n[1, 2]\n");
         assert!(e.contains("a.jsonl line 2: no \"text\""), "{e}");
-        std::fs::write(&a, "{\"text\": 3}\n").unwrap();
-        let e = tokenize(&files, "text", &Bytewise).unwrap_err().to_string();
+        let e = docs_err(b"{\"text\": 3}\n");
         assert!(e.contains("holds 3, not a string"), "{e}");
-        std::fs::write(&a, b"{\"text\": \"ok\"}\n{\"text\": \"\xff\"}\n").unwrap();
-        let e = tokenize(&files, "text", &Bytewise).unwrap_err().to_string();
+        let e = docs_err(b"{\"text\": \"ok\"}\n{\"text\": \"\xff\"}\n");
         assert!(e.contains("line 2 is not a JSON object"), "{e}");
+    }
+
+    fn docs_err(a: &[u8]) -> String {
+        docs(a).unwrap_err().to_string()
     }
 }

@@ -1,9 +1,9 @@
-//! `mix`: a weighted mixture of sources (`chute::core::Mixture`) as a [`Source`].
+//! `mix`: a weighted mixture of sources (`chute::dataset::Mixture`) as a [`Source`].
 
 use std::sync::Arc;
 
 use chute::Shuffle;
-use chute::core::{Component, MixMode, Mixture, Policy};
+use chute::dataset::{Component, MixMode, Mixture, Policy};
 use pyo3::prelude::*;
 
 use crate::errors;

@@ -1,13 +1,13 @@
-//! Dataset arguments of the command line, turned into [`chute::formats::open`]'s inputs and
+//! Dataset arguments of the command line, turned into [`chute::dataset::Opened::open`]'s inputs and
 //! [`OpenOptions`]; the process's remote options from the flags.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::bail;
-use chute::core::{DType, Mixture, Source};
-use chute::formats::mixture::{is_mixture_file, open_mixture_file};
-use chute::formats::{Dataset, Format, IndexMode, Long, OpenOptions, Pack, PackOptions};
+use chute::core::{DType, Source};
+use chute::dataset::{Dataset, Long, OpenOptions, Opened, Pack, PackOptions};
+use chute::formats::{Format, IndexMode};
 use chute::io::{RemoteOptions, set_remote_options};
 use clap::Args;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -179,7 +179,7 @@ impl DatasetArgs {
                     ..Default::default()
                 };
                 let t: std::sync::Arc<dyn chute::core::TextEncoder> =
-                    std::sync::Arc::new(chute::text::Tokenizer::load(path, options, 0)?);
+                    std::sync::Arc::new(chute::tokenizer::Tokenizer::load(path, options, 0)?);
                 Some(t)
             }
             None => None,
@@ -230,28 +230,16 @@ impl DatasetArgs {
         Ok(Dataset::resolve_shards(&self.paths, self.format)?)
     }
 
-    /// Opens the source over every shard (checking a manifest's fingerprint), or the
-    /// mixture a single mixture file describes.
-    pub(crate) fn open(&self) -> anyhow::Result<Arc<dyn Source>> {
-        if let Some(m) = self.mixture()? {
-            return Ok(m);
-        }
-        if self.tokenizer.is_some() {
-            // Text files of any kind: the opener reads and tokenizes them.
-            self.apply_remote_options()?;
-            return Ok(chute::formats::open(&self.paths, &self.options()?)?);
-        }
-        Ok(self.resolve()?.open(&self.options()?)?)
+    /// Opens what the paths name through the one opener: the source over every shard
+    /// (checking a manifest's fingerprint), the mixture a single mixture file describes, or
+    /// text tokenized when opened.
+    pub(crate) fn opened(&self) -> anyhow::Result<Opened> {
+        self.apply_remote_options()?;
+        Ok(Opened::open(&self.paths, &self.options()?)?)
     }
 
-    /// The mixture, when the only path is a mixture file (`chute::formats::mixture`).
-    pub(crate) fn mixture(&self) -> anyhow::Result<Option<Arc<Mixture>>> {
-        match self.paths.as_slice() {
-            [one] if is_mixture_file(one) => {
-                self.apply_remote_options()?;
-                Ok(Some(Arc::new(open_mixture_file(one)?)))
-            }
-            _ => Ok(None),
-        }
+    /// The source of [`DatasetArgs::opened`].
+    pub(crate) fn open(&self) -> anyhow::Result<Arc<dyn Source>> {
+        Ok(self.opened()?.source)
     }
 }

@@ -1,4 +1,4 @@
-//! Mixture files (`chute_formats::mixture`) and the mixture they build: any bytes either give
+//! Mixture files (`chute_dataset::mixture::file`) and the mixture they build: any bytes either give
 //! a clear error or a mixture whose draws are consistent (each position's draw number is the
 //! count of its component's earlier positions), never a panic or a hang. Components are
 //! synthetic sources named by their paths' lengths, so no file is opened.
@@ -9,11 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use chute_core::{Array, Field, FnSource, Sample, Source};
-use chute_formats::mixture::mixture_from_json;
+use chute_dataset::mixture::file::mixture_from_json;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let open = |paths: &[std::path::PathBuf], _: &chute_formats::OpenOptions| {
+    let open = |paths: &[std::path::PathBuf], _: &chute_dataset::OpenOptions| {
         let len = 1 + paths.iter().map(|p| p.as_os_str().len() as u64).sum::<u64>() % 50;
         let src = FnSource::new("fuzz", len, |id| {
             Ok(Sample::new(id).with("v", Field::Array(Array::scalar_i64(id as i64))))

@@ -13,7 +13,8 @@ use std::path::Path;
 use bytes::Bytes;
 use chute_core::{ConfigError, DType, Error, Field, Source, cast_into};
 
-use crate::megatron::{self, MegatronIndex};
+use chute_formats::megatron::{self, MegatronIndex};
+use chute_formats::open_whole;
 
 /// Where a file's documents are.
 #[derive(Debug, Clone)]
@@ -56,7 +57,7 @@ impl Documents {
             paths.push(idx);
             paths.push(bin);
         }
-        let opened = crate::open_whole(&paths, true)?;
+        let opened = open_whole(&paths, true)?;
         let mut files = Vec::new();
         let mut names = Vec::new();
         let mut bounds = Vec::new();
@@ -121,7 +122,7 @@ impl Documents {
         let mut files = Vec::new();
         let mut names = Vec::new();
         let mut bounds = Vec::new();
-        for (name, data) in crate::open_whole(paths, false)? {
+        for (name, data) in open_whole(paths, false)? {
             let size = dtype.size();
             if !data.len().is_multiple_of(size) {
                 return Err(Error::corrupt(
@@ -408,7 +409,7 @@ fn ids_of<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::megatron::MegatronWriter;
+    use chute_formats::megatron::MegatronWriter;
 
     #[test]
     fn megatron_and_eos_documents_agree() {

@@ -892,8 +892,8 @@ fn fill_ignored(dst: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::megatron::MegatronWriter;
     use chute_core::{PlanConfig, SampleRng};
+    use chute_formats::megatron::MegatronWriter;
 
     /// Random documents (ids 1..1000; lengths 0 to `max`) in two Megatron files.
     fn corpus(dir: &std::path::Path, n: usize, max: u64) -> (Documents, Vec<Vec<u32>>) {
