@@ -9,66 +9,38 @@ torch.distributed.checkpoint (DCP) or torch.save per rank.
 Rank 0 writes every rank's consumed sample ids (gathered with all_gather_object) to OUT.
 """
 
-import datetime
-import json
 import os
 import sys
 
-import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch import nn
 
 import chute
-
-SEQ = 15
+from dist_common import (SEQ, dcp_load, dcp_save, gather, init, token_model, torch_load,
+                         torch_save, train_tokens, write_json)
 
 
 def main() -> None:
     mode, style, data, ckpt, out = sys.argv[1:6]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Embedding(1 << 16, 8), nn.Flatten(), nn.Linear(8 * SEQ, 4))
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    rank, world = init()
+    model, ddp, opt = token_model()
     loader = chute.Loader(chute.tokens(data, seq_len=SEQ, dtype="uint32"), batch_size=8,
                           shuffle=True, seed=7, num_workers=2, output="torch")
+    save, load = (dcp_save, dcp_load) if style == "dcp" else (torch_save, torch_load)
+    where = ckpt if style == "dcp" else os.path.join(ckpt, f"rank{rank}.pt")
     if mode == "resume":
-        if style == "dcp":
-            state = {"model": model.state_dict(), "optim": opt.state_dict(), "loader": loader}
-            dcp.load(state, checkpoint_id=ckpt)
-            model.load_state_dict(state["model"])
-        else:
-            state = torch.load(os.path.join(ckpt, f"rank{rank}.pt"), weights_only=False)
-            model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optim"])
-            loader.load_state_dict(state["loader"])
+        load(where, model, opt, loader)
     stop = int(mode.split(":")[1]) if mode.startswith("first:") else None
     ids, steps = [], 0
-    for batch in loader:
-        x = batch["tokens"][:, :SEQ] % (1 << 16)
-        ids += (batch["tokens"][:, 0] // (SEQ + 1)).tolist()
-        loss = nn.functional.cross_entropy(ddp(x), torch.zeros(len(x), dtype=torch.long))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    for step_ids in train_tokens(loader, ddp, opt):
+        ids += step_ids
         steps += 1
         if stop is not None and steps == stop:
-            if style == "dcp":
-                dcp.save({"model": model.state_dict(), "optim": opt.state_dict(),
-                          "loader": loader}, checkpoint_id=ckpt)
-            else:
-                os.makedirs(ckpt, exist_ok=True)
-                torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
-                            "loader": loader.state_dict()}, os.path.join(ckpt, f"rank{rank}.pt"))
+            save(where, model, opt, loader)
             break
-    everyone = [None] * world
-    dist.all_gather_object(everyone, ids)
+    everyone = gather(ids)
     dist.barrier()
     if rank == 0:
-        with open(out, "w") as f:
-            json.dump(everyone, f)
+        write_json(out, everyone)
     loader.close()
     dist.destroy_process_group()
 

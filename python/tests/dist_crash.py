@@ -23,8 +23,8 @@ import torch.distributed as dist
 from torch import nn
 
 import chute
+from dist_common import SEQ, token_model, torch_load, torch_save, train_tokens
 
-SEQ = 15
 EVERY = 5
 
 
@@ -59,10 +59,7 @@ def main() -> None:
             model(torch.as_tensor(batch["x"]).float()).sum().backward()
         dist.destroy_process_group()
         return
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Embedding(1 << 16, 8), nn.Flatten(), nn.Linear(8 * SEQ, 4))
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    model, ddp, opt = token_model()
     loader = chute.Loader(chute.tokens(data, seq_len=SEQ, dtype="uint32"), batch_size=8,
                           shuffle=True, seed=5, num_workers=2, drop_last=True, output="torch")
     done_file = os.path.join(folder, "complete.json")
@@ -70,26 +67,14 @@ def main() -> None:
     if os.path.exists(done_file):
         with open(done_file) as f:
             step = json.load(f)["step"]
-        state = torch.load(os.path.join(folder, f"ckpt-{step}-rank{rank}.pt"), weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optim"])
-        loader.load_state_dict(state["loader"])
+        torch_load(os.path.join(folder, f"ckpt-{step}-rank{rank}.pt"), model, opt, loader)
     log = open(os.path.join(folder, f"ids-{rank}-{attempt}.jsonl"), "a")
-    for batch in loader:
-        x = batch["tokens"][:, :SEQ] % (1 << 16)
-        loss = nn.functional.cross_entropy(ddp(x), torch.zeros(len(x), dtype=torch.long))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    for ids in train_tokens(loader, ddp, opt):
         step += 1
-        ids = (batch["tokens"][:, 0] // (SEQ + 1)).tolist()
         log.write(json.dumps({"step": step, "ids": ids}) + "\n")
         log.flush()
         if step % EVERY == 0:
-            path = os.path.join(folder, f"ckpt-{step}-rank{rank}.pt")
-            torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
-                        "loader": loader.state_dict()}, path + ".tmp")
-            os.replace(path + ".tmp", path)
+            torch_save(os.path.join(folder, f"ckpt-{step}-rank{rank}.pt"), model, opt, loader)
             dist.barrier()
             if rank == 0:
                 with open(done_file + ".tmp", "w") as f:

@@ -9,29 +9,20 @@ resumed by a job of another world size from that checkpoint.
 Rank 0 writes every rank's consumed sample ids (gathered with all_gather_object) to OUT.
 """
 
-import datetime
-import json
 import sys
 
-import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch import nn
 
 import chute
+from dist_common import SEQ, dcp_load, dcp_save, gather, init, token_model, train_tokens, write_json
 
-SEQ = 15
 GLOBAL_BATCH = 24
 
 
 def main() -> None:
     shuffle, drop_last, ckpt_in, ckpt_out, steps, out, *data = sys.argv[1:]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Embedding(1 << 16, 8), nn.Flatten(), nn.Linear(8 * SEQ, 4))
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    rank, world = init()
+    model, ddp, opt = token_model()
     if shuffle == "mix":
         # A mixture of two parts of the data, 2:1: its stratified batches are made for one
         # per-rank batch size, which stays fixed (the global batch follows the world size).
@@ -46,28 +37,18 @@ def main() -> None:
                               drop_last=drop_last == "true", num_workers=2, output="torch")
         assert loader.batch_size == GLOBAL_BATCH // world
     if ckpt_in != "-":
-        state = {"model": model.state_dict(), "optim": opt.state_dict(), "loader": loader}
-        dcp.load(state, checkpoint_id=ckpt_in)
-        model.load_state_dict(state["model"])
+        dcp_load(ckpt_in, model, opt, loader)
     stop = None if steps == "all" else int(steps)
     ids, done = [], 0
-    for batch in loader:
-        x = batch["tokens"][:, :SEQ] % (1 << 16)
-        ids += (batch["tokens"][:, 0] // (SEQ + 1)).tolist()
-        loss = nn.functional.cross_entropy(ddp(x), torch.zeros(len(x), dtype=torch.long))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    for step_ids in train_tokens(loader, ddp, opt):
+        ids += step_ids
         done += 1
         if done == stop:
-            dcp.save({"model": model.state_dict(), "optim": opt.state_dict(), "loader": loader},
-                     checkpoint_id=ckpt_out)
+            dcp_save(ckpt_out, model, opt, loader)
             break
-    everyone = [None] * world
-    dist.all_gather_object(everyone, {"ids": ids, "steps": done})
+    everyone = gather({"ids": ids, "steps": done})
     if rank == 0:
-        with open(out, "w") as f:
-            json.dump(everyone, f)
+        write_json(out, everyone)
     loader.close()
     dist.destroy_process_group()
 

@@ -7,8 +7,6 @@ every rank consumed with all_gather_object, and rank 0 writes them to OUT as JSO
     KIND: tokens (DATA a token file, ids from the tokens) or images (DATA a tar of PNGs)
 """
 
-import datetime
-import json
 import os
 import sys
 
@@ -17,8 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 import chute
-
-SEQ = 15
+from dist_common import SEQ, ddp_sgd, gather, init, step, token_model, token_step, write_json
 
 
 def tokens_loader(path: str, drop_last: bool) -> chute.Loader:
@@ -37,16 +34,13 @@ def images_loader(path: str, drop_last: bool) -> chute.Loader:
 
 def main() -> None:
     kind, data, out = sys.argv[1:4]
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = init()
     assert (rank, world) == (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
-    torch.manual_seed(0)
     if kind == "tokens":
-        model = nn.Sequential(nn.Embedding(1 << 16, 8), nn.Flatten(), nn.Linear(8 * SEQ, 4))
+        _, ddp, opt = token_model()
     else:
-        model = nn.Sequential(nn.Flatten(), nn.Linear(16 * 16 * 3, 10))
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        torch.manual_seed(0)
+        _, ddp, opt = ddp_sgd(nn.Sequential(nn.Flatten(), nn.Linear(16 * 16 * 3, 10)))
     result = {}
     for drop_last in (False, True):
         loader = (tokens_loader if kind == "tokens" else images_loader)(data, drop_last)
@@ -54,26 +48,17 @@ def main() -> None:
         ids, steps = [], 0
         for batch in loader:
             if kind == "tokens":
-                x = batch["tokens"][:, :SEQ] % (1 << 16)
-                ids += (batch["tokens"][:, 0] // (SEQ + 1)).tolist()
-                y = torch.zeros(len(x), dtype=torch.long)
+                ids += token_step(ddp, opt, batch)
             else:
-                x = batch["png"].float() / 255
+                step(ddp, opt, batch["png"].float() / 255, batch["cls"])
                 ids += [int(k[3:]) for k in batch["__key__"]]
-                y = batch["cls"]
-            loss = nn.functional.cross_entropy(ddp(x), y)
-            opt.zero_grad()
-            loss.backward()  # an all-reduce: every rank must take this step
-            opt.step()
             steps += 1
-        everyone = [None] * world
-        dist.all_gather_object(everyone, {"ids": ids, "steps": steps, "len": len(loader)})
+        everyone = gather({"ids": ids, "steps": steps, "len": len(loader)})
         result["drop_last" if drop_last else "keep_last"] = everyone
         loader.close()
     dist.barrier()
     if rank == 0:
-        with open(out, "w") as f:
-            json.dump(result, f)
+        write_json(out, result)
     dist.destroy_process_group()
 
 

@@ -3,14 +3,13 @@ Face datasets (written by the real `datasets` package: `save_to_disk` folders, `
 caches, `shuffle()` / `select()` indices mappings) read natively by chute."""
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
 import chute
+from conftest import run_python
 
 pa = pytest.importorskip("pyarrow")
 ipc = pytest.importorskip("pyarrow.ipc")
@@ -211,9 +210,7 @@ def test_hf_state_dict_resumes_in_a_new_process(tmp_path):
             print(json.dumps([int(v) for b in loader for v in b["score"] * 2]))
         """
     )
-    run = lambda *a: subprocess.run(
-        [sys.executable, "-c", script, *a], check=True, capture_output=True, text=True
-    ).stdout
+    run = lambda *a: run_python(script, *a).stdout
     first = json.loads(run("first"))
     rest = json.loads(run("rest", json.dumps(first["state"])))
     whole = [int(v) for b in chute.Loader(

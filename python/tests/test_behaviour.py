@@ -11,7 +11,7 @@ import time
 import pytest
 
 import chute
-from conftest import SEQ, clean_env, epoch_ids, ids
+from conftest import SEQ, clean_env, epoch_ids, ids, run_python
 
 SLOW_SCRIPT = """
 import signal, sys, time
@@ -137,9 +137,6 @@ def test_exit_with_a_loader_mid_epoch_is_clean(tokens100):
         print("bye", flush=True)
         """
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, tokens100], capture_output=True, text=True,
-        timeout=30, env=clean_env(),
-    )
-    assert proc.returncode == 0 and proc.stdout.strip() == "bye", proc.stderr
+    proc = run_python(code, tokens100, timeout=30)
+    assert proc.stdout.strip() == "bye", proc.stderr
     assert proc.stderr == ""

@@ -21,18 +21,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-from test_convert_interop import chute_bin
+from conftest import HTTP_DIR, PROXY_URL, chute_bin, needs_servers
 
-HTTP_DIR = os.environ.get("CHUTE_TEST_HTTP_DIR")
-PROXY_URL = os.environ.get("CHUTE_TEST_PROXY_URL")
-
-pytestmark = pytest.mark.skipif(
-    not (HTTP_DIR and PROXY_URL),
-    reason="no test servers (CHUTE_TEST_HTTP_DIR, CHUTE_TEST_PROXY_URL unset); "
-    "run CHUTE_TEST_SERVERS=1 ./scripts/test.sh",
-)
+pytestmark = needs_servers("HTTP_DIR", "PROXY_URL")
 
 SHARDS, PER_SHARD, PROCESSES = 12, 30, 4
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from test_convert_interop import chute_bin
+from conftest import chute_bin
 
 AZURE = os.environ.get("CHUTE_TEST_AZURE_URL")
 AZURE_PROXY = os.environ.get("CHUTE_TEST_AZURE_PROXY_URL")

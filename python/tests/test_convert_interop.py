@@ -5,26 +5,12 @@ The `chute` command comes from $CHUTE_BIN (scripts/test.sh points it at the debu
 `cargo test` made), else from the repository's target folder."""
 
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def chute_bin():
-    env = os.environ.get("CHUTE_BIN")
-    if env:
-        assert Path(env).is_file(), f"CHUTE_BIN={env} does not exist"
-        return env
-    for build in ("debug", "release"):
-        path = ROOT / "target" / build / "chute"
-        if path.is_file():
-            return str(path)
-    pytest.skip("no chute binary: run `cargo build -p chute-cli` or set CHUTE_BIN")
+from conftest import chute_bin
 
 
 def convert(*args):

@@ -4,8 +4,6 @@ peers' own writers (webdataset, pyarrow) and by ``chute convert`` (TFRecord, who
 TensorFlow reads: testdata/tfrecord/README.md)."""
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,15 +11,9 @@ import numpy as np
 import pytest
 
 import chute
+from conftest import chute_bin
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
-
-
-def chute_bin():
-    path = os.environ.get("CHUTE_BIN") or shutil.which("chute")
-    if not path or not Path(path).exists():
-        pytest.skip("the chute command is not built (scripts/test.sh sets CHUTE_BIN)")
-    return path
 
 
 def ids(loader, column):

@@ -7,9 +7,6 @@ consumed, gathered with all_gather_object, must partition the epoch exactly."""
 
 import io
 import json
-import socket
-import subprocess
-import sys
 import tarfile
 from collections import Counter
 from pathlib import Path
@@ -17,34 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import clean_env, write_tokens
+from conftest import torchrun, write_tokens
 
 torch = pytest.importorskip(
     "torch", reason="torch not installed: the PyPI wheel pulls ~3 GB of CUDA libraries; see README"
 )
 
-HERE = Path(__file__).resolve().parent
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun_cmd(n: int, kind: str, data: str, out: Path) -> list:
-    """torchrun running dist_train.py on n processes."""
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}",
-            "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-            str(HERE / "dist_train.py"), kind, data, str(out)]
-
-
-def torchrun(n: int, kind: str, data: str, out: Path) -> dict:
-    cmd = torchrun_cmd(n, kind, data, out)
-    env = clean_env()
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
+def train(n: int, kind: str, data: str, out: Path) -> dict:
+    """dist_train.py's job on n processes; what rank 0 wrote."""
+    torchrun("dist_train.py", kind, data, out, nproc=n)
     return json.loads(out.read_text())
 
 
@@ -71,7 +50,7 @@ def check_partition(result: dict, total: int, world: int, batch: int) -> None:
 def test_ddp_on_token_windows_partitions_the_epoch(tmp_path, world):
     total = 1003  # not a multiple of 2, 3, 4 or the batch
     path = write_tokens(tmp_path / "train.bin", total)
-    result = torchrun(world, "tokens", path, tmp_path / "out.json")
+    result = train(world, "tokens", path, tmp_path / "out.json")
     check_partition(result, total, world, batch=8)
 
 
@@ -88,7 +67,7 @@ def test_ddp_on_images_partitions_the_epoch(tmp_path):
                 info = tarfile.TarInfo(f"img{i:05d}.{ext}")
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
-    result = torchrun(3, "images", str(shard), tmp_path / "out.json")
+    result = train(3, "images", str(shard), tmp_path / "out.json")
     check_partition(result, total, 3, batch=4)
 
 
@@ -101,13 +80,7 @@ def test_checkpoint_and_continue_equals_an_uninterrupted_run(tmp_path, style):
     ckpt = str(tmp_path / "ckpt")
 
     def run(mode: str, out: str):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=3",
-               "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-               str(HERE / "dist_ckpt.py"), mode, style, path, ckpt, str(tmp_path / out)]
-        env = clean_env()
-        env["OMP_NUM_THREADS"] = "1"
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+        torchrun("dist_ckpt.py", mode, style, path, ckpt, tmp_path / out, nproc=3)
         return json.loads((tmp_path / out).read_text())
 
     full = run("full", "full.json")
@@ -120,14 +93,8 @@ def test_checkpoint_and_continue_equals_an_uninterrupted_run(tmp_path, style):
 
 def _elastic(tmp_path, n, shuffle, drop_last, ckpt_in, ckpt_out, steps, files):
     out = tmp_path / f"elastic-{n}.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={n}",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}",
-           str(HERE / "dist_elastic.py"), shuffle, str(drop_last).lower(), ckpt_in, ckpt_out,
-           str(steps), str(out), *files]
-    env = clean_env()
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    torchrun("dist_elastic.py", shuffle, str(drop_last).lower(), ckpt_in, ckpt_out, steps, out,
+             *files, nproc=n)
     ranks = json.loads(out.read_text())
     assert len(ranks) == n and len({r["steps"] for r in ranks}) == 1, "equal steps on all ranks"
     return [i for r in ranks for i in r["ids"]]
@@ -170,15 +137,6 @@ def test_elastic_four_to_three_to_two_reads_every_sample_once(tmp_path, shuffle,
         assert len(got) - total < 2, "repeats only as padding"
 
 
-def _run(args, timeout=600):
-    # The c10d rendezvous (not a static master address): restarted workers rendezvous anew.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{_free_port()}", *args]
-    env = clean_env()
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-
-
 def test_a_killed_rank_restarts_from_the_checkpoint_losing_and_repeating_nothing(tmp_path):
     """Rank 1 SIGKILLs itself at step 13 (checkpoints every 5 steps); torchrun restarts every
     rank, which resumes from step 10: each rank's steps up to the checkpoint plus its steps
@@ -187,9 +145,7 @@ def test_a_killed_rank_restarts_from_the_checkpoint_losing_and_repeating_nothing
 
     world, total = 3, 600
     path = write_tokens(tmp_path / "train.bin", total)
-    proc = _run(["--max-restarts=1", f"--nproc_per_node={world}", str(HERE / "dist_crash.py"),
-                 "kill", path, str(tmp_path)])
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    torchrun("dist_crash.py", "kill", path, tmp_path, nproc=world, restarts=1)
     checkpoint = json.loads((tmp_path / "complete.json").read_text())["step"]
     assert checkpoint >= 10
     everyone = []
@@ -212,7 +168,7 @@ def test_a_killed_rank_restarts_from_the_checkpoint_losing_and_repeating_nothing
 
 
 def test_a_source_failing_on_one_rank_ends_the_job_with_the_error_named(tmp_path):
-    proc = _run(["--nproc_per_node=2", str(HERE / "dist_crash.py"), "fail", "-",
-                 str(tmp_path)], timeout=300)
+    proc = torchrun("dist_crash.py", "fail", "-", tmp_path, nproc=2, restarts=0, timeout=300,
+                    check=False)
     assert proc.returncode != 0
     assert "sample 37 is broken on purpose" in proc.stdout + proc.stderr

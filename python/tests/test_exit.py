@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import clean_env, write_tokens
+from conftest import clean_env, torchrun, write_tokens
 
 HERE = Path(__file__).resolve().parent
 
@@ -54,15 +54,11 @@ def test_torchrun_jobs_exit_cleanly_launch_after_launch(tmp_path):
     """The issue's job, 30 launches: DDP on chute token batches, the epoch run whole and with
     drop_last, the process group destroyed, main() returning normally (no os._exit)."""
     pytest.importorskip("torch")
-    from test_distributed import torchrun_cmd
-
     data = write_tokens(tmp_path / "t.bin", 101)
-    env = clean_env()
-    env["OMP_NUM_THREADS"] = "1"
     for launch in range(30):
         world = 2 + launch % 2
         out = tmp_path / f"out{launch}.json"
-        proc = subprocess.run(torchrun_cmd(world, "tokens", data, out), capture_output=True,
-                              text=True, timeout=300, env=env)
+        proc = torchrun("dist_train.py", "tokens", data, out, nproc=world, timeout=300,
+                        check=False)
         check(proc, f"launch {launch} ({world} ranks)")
         assert out.exists()

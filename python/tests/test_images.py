@@ -5,14 +5,13 @@ workers; truncated JPEGs reported by key (raise) or counted (skip); `chute bench
 
 import io
 import json
-import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import chute
+from conftest import chute_bin
 
 wds = pytest.importorskip("webdataset", reason="webdataset not installed (scripts/test.sh installs it)")
 Image = pytest.importorskip("PIL.Image", reason="pillow not installed (scripts/test.sh installs it)")
@@ -163,26 +162,19 @@ def test_native_ops_then_a_python_transform(tmp_path):
 
 
 def test_cli_bench_digest_with_crops_is_the_same_for_1_and_4_workers(tmp_path):
-    chute_bin = os.environ.get("CHUTE_BIN")
-    if not chute_bin:
-        root = Path(__file__).resolve().parents[2]
-        candidates = [root / "target" / b / "chute" for b in ("debug", "release")]
-        found = [c for c in candidates if c.is_file()]
-        if not found:
-            pytest.skip("no chute binary: run `cargo build -p chute-cli` or set CHUTE_BIN")
-        chute_bin = str(found[0])
+    binary = chute_bin()
     urls = write_shards(tmp_path, n=40, broken={7})
     digests = []
     for workers in ("1", "4"):
         out = subprocess.run(
-            [chute_bin, "bench", urls, "--batch-size", "8", "--workers", workers, "--json",
+            [binary, "bench", urls, "--batch-size", "8", "--workers", workers, "--json",
              "--digest", "--quiet", "--on-error", "skip", "--transform", json.dumps(OPS)],
             capture_output=True, text=True, check=True)
         s = json.loads(out.stdout)
         assert s["samples"] == 40
         digests.append(s["digest"])
     assert digests[0] == digests[1]
-    out = subprocess.run([chute_bin, "bench", urls, "--batch-size", "8", "--quiet",
+    out = subprocess.run([binary, "bench", urls, "--batch-size", "8", "--quiet",
                           "--transform", json.dumps(OPS)], capture_output=True, text=True)
     assert out.returncode != 0
     assert "s0007" in out.stderr and "JPEG" in out.stderr, out.stderr

@@ -2,8 +2,6 @@
 buffer, round-robin ranks, resume through the dataset's own state or by counting."""
 
 import json
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -11,6 +9,7 @@ import numpy as np
 import pytest
 
 import chute
+from conftest import run_python
 
 
 class Stream:
@@ -180,8 +179,7 @@ def test_resume_in_a_new_process(tmp_path):
             print(json.dumps([int(v) for b in loader for v in b["v"]]))
         """
     )
-    run = lambda *a: subprocess.run([sys.executable, "-c", script, *a], check=True,
-                                    capture_output=True, text=True).stdout
+    run = lambda *a: run_python(script, *a).stdout
     first = json.loads(run("first"))
     rest = json.loads(run("rest", json.dumps(first["state"])))
     assert sorted(first["seen"] + rest) == list(range(50))

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List
 import numpy as np
 import pytest
 
-from test_convert_interop import chute_bin
+from conftest import chute_bin
 
 
 def _files(folder: Path) -> Dict[str, bytes]:

@@ -5,21 +5,18 @@ themselves (each decoder's, under a 2 GB address-space limit) are `crates/chute/
 and the hostile-file tests below run them from Python too, under `RLIMIT_AS`."""
 
 import io
-import os
 import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import chute
+from conftest import chute_bin, run_python
 
 wds = pytest.importorskip("webdataset", reason="webdataset not installed (scripts/test.sh installs it)")
 Image = pytest.importorskip("PIL.Image", reason="pillow not installed (scripts/test.sh installs it)")
 
-ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = {
     "max_image_pixels": 178_956_970,
     "max_record_bytes": 1 << 30,
@@ -85,9 +82,7 @@ def test_a_member_over_max_record_bytes_is_refused_by_the_source_and_the_cli(tmp
         list(chute.Loader(chute.webdataset(urls, index="scan"), batch_size=1))
     chute.set_limits(max_record_bytes=10_000)
     assert sum(len(b["bin"]) for b in chute.Loader(chute.webdataset(urls, index="scan"), batch_size=1)) == 2
-    binary = os.environ.get("CHUTE_BIN") or str(ROOT / "target" / "debug" / "chute")
-    if not Path(binary).is_file():
-        pytest.skip("no chute binary (CHUTE_BIN)")
+    binary = chute_bin()
     run = lambda *a: subprocess.run([binary, *a], capture_output=True, text=True, timeout=120)
     bad = run("bench", urls, "--limit", "max_record_bytes=1000", "--epochs", "1")
     assert bad.returncode != 0 and "max_record_bytes = 1000" in bad.stderr, bad.stderr
@@ -150,7 +145,5 @@ def test_a_parquet_page_claiming_2gb_is_refused_under_a_2gb_address_space(tmp_pa
     assert all(b & 0x80 for b in old[:4]) and not old[4] & 0x80, "a 5-byte varint"
     data[at + 3:at + 8] = bytes([0xFE, 0xFF, 0xFF, 0xFF, 0x0F])  # zigzag(2^31 - 1)
     path.write_bytes(bytes(data))
-    out = subprocess.run([sys.executable, "-c", HOSTILE, str(path), "parquet"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = run_python(HOSTILE, path, "parquet", timeout=300)
     assert out.stdout.startswith("refused:") and "max_decoded_bytes" in out.stdout, out.stdout

@@ -27,9 +27,8 @@ from typing import Dict, Iterator, List
 import numpy as np
 import pytest
 
-from test_convert_interop import chute_bin
+from conftest import chute_bin, fault_proxy
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES, RANKS_PER_NODE, SHARDS, PER_SHARD = 2, 2, 16, 40
 WORLD = NODES * RANKS_PER_NODE
 RATE_MBIT = 40  # each node's link: 5 MB/s
@@ -99,12 +98,10 @@ def _network(tmp: Path) -> Iterator[Dict[str, object]]:
         procs.append(subprocess.Popen([*exec_s, sys.executable, "-m", "moto.server", "-H",
                                        "127.0.0.1", "-p", "9000"], stdout=log, stderr=log))
         _wait(server, "127.0.0.1", 9000)
-        procs.append(subprocess.Popen([*exec_s, sys.executable, str(ROOT / "scripts/faultproxy.py"),
-                                       "--host", "0.0.0.0", "--listen", "9001", "--upstream",
-                                       "127.0.0.1:9000", "--pattern", PATTERN],
-                                      stdout=log, stderr=log))
-        _wait(server, "127.0.0.1", 9001)
-        yield {"server": server, "nodes": nodes}
+        # The nodes reach it at 10.231.K.1:9001.
+        with fault_proxy("127.0.0.1:9000", "--pattern", PATTERN, exec_prefix=exec_s,
+                         host="0.0.0.0", port=9001, log=log):
+            yield {"server": server, "nodes": nodes}
     finally:
         for p in procs:
             p.kill()

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -19,9 +18,8 @@ import numpy as np
 import pytest
 
 import chute
-from conftest import SEQ, write_tokens
-
-REPO = Path(__file__).resolve().parents[2]
+from conftest import (HTTP_DIR, HTTP_URL, SEQ, chute_bin, fault_proxy, free_port, needs_servers,
+                      write_tokens)
 
 
 def test_stats_have_windows_epochs_queue_and_histogram(source100):
@@ -100,12 +98,6 @@ def test_serve_metrics_exposes_every_loader_by_rank(source100):
         chute.serve_metrics(0, "localhost:80")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _query(prom: str, q: str):
     url = f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": q})
     out = json.loads(_get(url))
@@ -121,7 +113,7 @@ def test_a_real_prometheus_scrapes_rank_labelled_series_that_match_stats(tmp_pat
     path = write_tokens(tmp_path / "t.bin", 400)
     source = chute.tokens(path, seq_len=SEQ, dtype="uint32")
     port = chute.serve_metrics(0)
-    web = _free_port()
+    web = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 500ms\n  evaluation_interval: 500ms\n"
@@ -277,18 +269,10 @@ def test_doctor_sees_page_cache_misses(tmp_path):
     assert "page-cache" not in d.rules, str(d)
 
 
-HTTP_DIR = os.environ.get("CHUTE_TEST_HTTP_DIR")
-HTTP_URL = os.environ.get("CHUTE_TEST_HTTP_URL")
-
-
-@pytest.mark.skipif(not (HTTP_DIR and HTTP_URL), reason="no test servers (CHUTE_TEST_HTTP_DIR/"
-                    "_URL unset); run CHUTE_TEST_SERVERS=1 ./scripts/test.sh")
+@needs_servers("HTTP_DIR", "HTTP_URL")
 def test_doctor_names_reads_from_a_throttled_server(tmp_path):
     """Shards behind the fault proxy delaying every request by 60 ms: reading binds, and the
     doctor says to raise the read-ahead (block shuffle) or to use block shuffle (global)."""
-    chute_bin = os.environ.get("CHUTE_BIN")
-    if not chute_bin:
-        pytest.skip("CHUTE_BIN (the chute command, to index the shards) is unset")
     d = Path(HTTP_DIR) / "doctor"
     d.mkdir(parents=True, exist_ok=True)
     shards = []
@@ -300,20 +284,9 @@ def test_doctor_names_reads_from_a_throttled_server(tmp_path):
                 info = tarfile.TarInfo(f"{k:02d}{i:04d}.bin")
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
-    subprocess.run([chute_bin, "index", *map(str, shards)], check=True, capture_output=True)
-    upstream = urllib.parse.urlparse(HTTP_URL).netloc
-    port_file = tmp_path / "port"
-    proxy = subprocess.Popen(
-        [sys.executable, str(REPO / "scripts" / "faultproxy.py"), "--upstream", upstream,
-         "--delay-ms", "60", "--port-file", str(port_file)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(100):
-            if port_file.exists() and port_file.read_text().strip():
-                break
-            time.sleep(0.05)
-        base = f"http://127.0.0.1:{port_file.read_text().strip()}/doctor"
+    subprocess.run([chute_bin(), "index", *map(str, shards)], check=True, capture_output=True)
+    with fault_proxy(urllib.parse.urlparse(HTTP_URL).netloc, "--delay-ms", "60") as proxy:
+        base = f"{proxy}/doctor"
         source = chute.webdataset([f"{base}/shard-{k:02d}.tar" for k in range(12)])
         block = chute.doctor(source, batch_size=8, shuffle="block", num_workers=1,
                              seconds=0.5, try_workers=[1, 2])
@@ -333,6 +306,3 @@ def test_doctor_names_reads_from_a_throttled_server(tmp_path):
         labels = 'rank="0",loader="remote-metrics"'
         assert _series(text, f"chute_remote_bytes_total{{{labels}}}") >= s["remote"]["bytes_fetched"]
         assert _series(text, f"chute_remote_requests_total{{{labels}}}") >= s["remote"]["requests"]
-    finally:
-        proxy.terminate()
-        proxy.wait(timeout=10)

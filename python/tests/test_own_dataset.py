@@ -5,8 +5,6 @@ installed (CI: CHUTE_TEST_TORCH=1)."""
 
 import collections
 import os
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -16,6 +14,7 @@ import numpy as np
 import pytest
 
 import chute
+from conftest import run_python
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -91,8 +90,7 @@ def test_state_dict_resumes_exactly_in_a_new_process(tmp_path):
     """)
     import json
 
-    out = subprocess.run([sys.executable, "-c", script, json.dumps(state)], check=True,
-                         capture_output=True, text=True).stdout
+    out = run_python(script, json.dumps(state)).stdout
     assert head + json.loads(out) == full
 
 

@@ -2,28 +2,18 @@
 CHUTE_TEST_SERVERS=1 (as .ci/run does); without them these tests skip, saying so."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import chute
-from conftest import clean_env
+from conftest import HTTP_DIR, HTTP_URL, PROXY_URL, needs_servers, run_python
 
 TESTDATA = Path(__file__).resolve().parents[2] / "testdata"
-HTTP_DIR = os.environ.get("CHUTE_TEST_HTTP_DIR")
-HTTP_URL = os.environ.get("CHUTE_TEST_HTTP_URL")
-PROXY_URL = os.environ.get("CHUTE_TEST_PROXY_URL")
 
-pytestmark = pytest.mark.skipif(
-    not (HTTP_DIR and HTTP_URL and PROXY_URL),
-    reason="no test servers (CHUTE_TEST_HTTP_DIR/_URL, CHUTE_TEST_PROXY_URL unset); "
-    "run CHUTE_TEST_SERVERS=1 ./scripts/test.sh",
-)
+pytestmark = needs_servers("HTTP_DIR", "HTTP_URL", "PROXY_URL")
 
 
 def publish(name: str, files) -> str:
@@ -146,9 +136,7 @@ print(json.dumps({{"process": chute.io_stats(), "loader": s["remote"],
 """
     runs = []
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=120, env=clean_env())
-        assert proc.returncode == 0, proc.stderr
+        proc = run_python(code)
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     first, second = runs
     assert first["process"]["shards_fetched"] == 2 and first["loader"] == first["process"]

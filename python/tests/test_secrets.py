@@ -12,24 +12,14 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-import pytest
+from conftest import HTTP_URL, PROXY_URL, chute_bin, needs_servers, run_python
 
-from test_convert_interop import chute_bin
-
-HTTP_URL = os.environ.get("CHUTE_TEST_HTTP_URL")
-PROXY_URL = os.environ.get("CHUTE_TEST_PROXY_URL")
-HTTP_DIR = os.environ.get("CHUTE_TEST_HTTP_DIR")
 S3 = os.environ.get("CHUTE_TEST_S3_ENDPOINT")
 
-pytestmark = pytest.mark.skipif(
-    not (HTTP_URL and PROXY_URL and HTTP_DIR),
-    reason="no test servers (CHUTE_TEST_HTTP_URL, CHUTE_TEST_PROXY_URL unset); "
-    "run CHUTE_TEST_SERVERS=1 ./scripts/test.sh",
-)
+pytestmark = needs_servers("HTTP_URL", "PROXY_URL", "HTTP_DIR")
 
 MARKERS = [f"chuteSecretMarker{i}" for i in range(9)]
 
@@ -97,9 +87,7 @@ def test_no_secret_appears_in_any_output(tmp_path):
     shard = sorted(testdata.glob("wds-shard-*.tar"))[0]
     env = _env()
     urls = _urls()
-    out = subprocess.run([sys.executable, "-c", DRIVER, str(shard), *urls], env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_python(DRIVER, shard, *urls, env=env, timeout=600)
     texts = [out.stdout, out.stderr]
     # What a failure must still say: the URL, its host, why.
     assert out.stdout.count("Error") >= len(urls), out.stdout

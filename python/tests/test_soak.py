@@ -21,7 +21,6 @@ sets)."""
 import io
 import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -29,17 +28,9 @@ import numpy as np
 import pytest
 
 import chute
-from test_convert_interop import chute_bin
+from conftest import HTTP_DIR, HTTP_URL, chute_bin, fault_proxy, needs_servers
 
-HTTP_DIR = os.environ.get("CHUTE_TEST_HTTP_DIR")
-HTTP_URL = os.environ.get("CHUTE_TEST_HTTP_URL")
-ROOT = Path(__file__).resolve().parents[2]
-
-pytestmark = pytest.mark.skipif(
-    not (HTTP_DIR and HTTP_URL),
-    reason="no test servers (CHUTE_TEST_HTTP_DIR/_URL unset); run CHUTE_TEST_SERVERS=1 "
-    "./scripts/test.sh",
-)
+pytestmark = needs_servers("HTTP_DIR", "HTTP_URL")
 
 SHARDS, PER_SHARD, BATCH, BATCHES, BAD_EVERY = 6, 166, 4, 100_000, 37
 
@@ -88,16 +79,10 @@ def _shards(folder: Path) -> int:
 
 @pytest.fixture
 def proxy():
-    host = HTTP_URL.split("://", 1)[1]
     pattern = ",".join(["ok"] * 24 + ["503"] + ["ok"] * 24 + ["cut"] + ["ok"] * 24 + ["reset"]
                        + ["ok"] * 24 + ["429"])
-    p = subprocess.Popen([sys.executable, str(ROOT / "scripts/faultproxy.py"), "--upstream",
-                          host, "--pattern", pattern], stdout=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    assert "listening on" in line, line
-    yield f"http://127.0.0.1:{line.split()[-1]}"
-    p.kill()
-    p.wait()
+    with fault_proxy(HTTP_URL.split("://", 1)[1], "--pattern", pattern) as url:
+        yield url
 
 
 def test_soak_memory_threads_and_files_stay_flat(proxy):

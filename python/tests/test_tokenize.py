@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 import chute
+from conftest import chute_bin
 
 tk = pytest.importorskip("tokenizers", reason="tokenizers not installed (scripts/test.sh installs it)")
-
-ROOT = Path(__file__).resolve().parents[2]
 
 TEXTS = [
     "Hello, world! The quick brown fox jumps over the lazy dog.",
@@ -30,17 +29,6 @@ TEXTS = [
     "<|endoftext|> appears inside a text too",
     "x" * 3000 + " " + "long document " * 5000,
 ]
-
-
-def chute_bin():
-    env = os.environ.get("CHUTE_BIN")
-    if env:
-        return env
-    for build in ("debug", "release"):
-        p = ROOT / "target" / build / "chute"
-        if p.is_file():
-            return str(p)
-    pytest.skip("no chute binary: run `cargo build -p chute-cli` or set CHUTE_BIN")
 
 
 @pytest.fixture(scope="module")

@@ -62,15 +62,3 @@ pub use local::{LocalFile, MappedFile};
 pub use location::{Location, SCHEMES};
 pub use options::{RemoteOptions, parse_size, remote_options, set_remote_options};
 pub use shards::ShardSet;
-
-/// The error for a URL in a build without the `remote` feature.
-#[cfg(not(feature = "remote"))]
-fn no_remote(url: &str) -> chute_core::Error {
-    chute_core::Error::io(
-        url,
-        std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "this build of chute reads local files only; rebuild with the `remote` feature",
-        ),
-    )
-}

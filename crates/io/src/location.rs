@@ -141,7 +141,7 @@ impl Location {
             #[cfg(feature = "remote")]
             Location::Remote(url) => crate::remote::fetch_optional(url),
             #[cfg(not(feature = "remote"))]
-            Location::Remote(url) => Err(crate::no_remote(url)),
+            Location::Remote(url) => Err(no_remote(url)),
         }
     }
 
@@ -170,6 +170,18 @@ impl fmt::Debug for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:?}", self.to_string())
     }
+}
+
+/// The error for a URL in a build without the `remote` feature.
+#[cfg(not(feature = "remote"))]
+pub(crate) fn no_remote(url: &str) -> chute_core::Error {
+    chute_core::Error::io(
+        url,
+        std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "this build of chute reads local files only; rebuild with the `remote` feature",
+        ),
+    )
 }
 
 #[cfg(test)]

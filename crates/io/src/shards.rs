@@ -127,7 +127,7 @@ impl ShardSet {
                 #[cfg(not(feature = "remote"))]
                 Location::Remote(url) => {
                     let _ = i;
-                    return Err(crate::no_remote(url));
+                    return Err(crate::location::no_remote(url));
                 }
             }
         }
