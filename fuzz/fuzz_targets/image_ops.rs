@@ -11,7 +11,7 @@ mod common;
 
 use bytes::Bytes;
 use chute_core::{Field, Sample, SampleRng, Transform};
-use chute_ops::Pipeline;
+use chute_ops::SampleOps;
 use libfuzzer_sys::fuzz_target;
 
 const SPECS: [&str; 6] = [
@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&pick, image)) = data.split_first() else {
         return;
     };
-    let Ok(pipeline) = Pipeline::from_json(SPECS[pick as usize % SPECS.len()]) else {
+    let Ok(pipeline) = SampleOps::from_json(SPECS[pick as usize % SPECS.len()]) else {
         return; // a spec this build refuses (an op it lacks) tests nothing
     };
     let sample = Sample::new(7).with("jpg", Field::Bytes(Bytes::copy_from_slice(image)));

@@ -1,4 +1,4 @@
-//! Op specs (`Pipeline::from_json`, the `transforms=` JSON): any text is refused with a clear
+//! Op specs (`SampleOps::from_json`, the `transforms=` JSON): any text is refused with a clear
 //! error or builds a pipeline that runs on a sample of every kind of field (a JPEG, a label,
 //! text, an `.npy`, raw bytes), giving values or errors; never a panic. Op outputs are limited
 //! to 2^16 pixels (`max_image_pixels`) so an execution stays cheap.
@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 use chute_core::{Field, Sample, SampleRng, Transform};
-use chute_ops::Pipeline;
+use chute_ops::SampleOps;
 use libfuzzer_sys::fuzz_target;
 
 /// A 20 x 12 RGB JPEG.
@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(pipeline) = Pipeline::from_json(text) else {
+    let Ok(pipeline) = SampleOps::from_json(text) else {
         return;
     };
     let npy = chute_core::npy::write_npy(chute_core::DType::F32, &[2, 3], &[0u8; 24])
