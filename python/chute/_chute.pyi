@@ -8,6 +8,7 @@ __all__ = [
     "MegatronWriter",
     "Source",
     "Tensor",
+    "WorkerSockets",
     "__version__",
     "arrow",
     "arrow_table",
@@ -18,7 +19,9 @@ __all__ = [
     "map_dataset",
     "mix",
     "parquet",
+    "process_dataset",
     "serve_metrics",
+    "serve_worker",
     "set_limits",
     "set_remote_options",
     "shutdown",
@@ -110,6 +113,31 @@ def map_dataset(
     """A map-style Python dataset (``__len__`` and ``__getitem__``) as a source; what
     ``chute.Loader`` calls for anything that is not a chute source. With ``collate_fn``, each
     batch is ``collate_fn([samples])``, made on the worker thread."""
+
+@final
+class WorkerSockets:
+    """The sockets of a source's worker processes (``worker_mode="process"``)."""
+
+    def close(self) -> None:
+        """Closes every worker's socket: each process ends at its next read."""
+
+def process_dataset(
+    source: Source,
+    workers: List[Tuple[int, int, int, int]],
+    timeout: float = 0.0,
+) -> Tuple[Source, WorkerSockets]:
+    """``source`` (from ``map_dataset``) read by worker processes, each ``(socket fd, arena
+    memfd, index, pid)`` (the fds are taken over): the source, and the handle that closes the
+    workers' sockets."""
+
+def serve_worker(
+    sock: int,
+    memfd: int,
+    dataset: Any,
+    collate_fn: Optional[Callable[[List[Any]], Any]] = None,
+) -> None:
+    """A worker process's loop: answers the parent's requests on ``sock`` with samples of
+    ``dataset`` laid out in the arena ``memfd``, until the parent closes the socket."""
 
 def tokens(
     paths: Union[_Path, Sequence[_Path]],

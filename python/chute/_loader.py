@@ -84,8 +84,19 @@ class Loader:
       permutation of all samples each epoch), ``"block"`` or ``"block:N"`` (shards shuffled,
       samples shuffled within windows of N shards, for streaming sources).
     - ``seed``: seeds the order and the per-sample RNG of transforms.
-    - ``num_workers``: worker *threads* (0 builds batches in the calling thread). No worker
-      processes: chute's workers run native code without the GIL.
+    - ``num_workers``: worker *threads* (0 builds batches in the calling thread): chute's
+      workers run native code without the GIL.
+    - ``worker_mode``: ``"thread"`` (the default) or ``"process"``. With ``"process"``, a
+      map-style Python dataset's ``__getitem__`` (and ``collate_fn``) runs in
+      ``num_workers`` worker processes, for datasets whose Python holds the GIL: each is
+      started with ``multiprocessing_context`` (``"spawn"``, the default, or
+      ``"forkserver"``), gets the dataset once, pickled, runs ``worker_init_fn(worker_id)``
+      (``random`` and ``torch`` seeded with ``seed + worker_id``, as DataLoader seeds its
+      workers), and hands samples back through shared memory (anonymous: nothing in
+      ``/dev/shm``), not pickled. Order, ranks, resume and ``on_error`` are the same as in
+      thread mode: the same batches. A worker that dies (killed, out of memory) or outlasts
+      ``timeout`` is a ``RuntimeError`` naming it and its samples. ``transforms`` run in this
+      process's worker threads.
     - ``prefetch_factor``: batches prefetched per worker, as in DataLoader; chute's ready
       queue then holds ``max(1, prefetch_factor * max(num_workers, 1))`` batches, on top of
       the one each worker is building (``loader.prefetch`` is that depth).
@@ -148,8 +159,8 @@ class Loader:
     kept), ``collate_fn`` (Python datasets: a batch's samples, as ``__getitem__`` returned
     them, go to ``collate_fn(list)`` on the worker thread and its result is the batch, as
     is: ``output`` and ``pad`` do not apply, ``transforms`` and ``on_error="skip"`` are
-    refused, an exception in it is raised as itself). ``sampler``, ``batch_sampler`` and
-    ``multiprocessing_context`` are refused with what replaces them.
+    refused, an exception in it is raised as itself). ``sampler`` and ``batch_sampler`` are
+    refused with what replaces them, and so is ``multiprocessing_context`` in thread mode.
 
     ``state_dict()`` / ``load_state_dict()`` follow PyTorch's Stateful protocol (so the loader
     drops into ``torch.distributed.checkpoint``); the state is the position after the last
@@ -169,6 +180,7 @@ class Loader:
         shuffle: Union[bool, str] = False,
         seed: Optional[int] = None,
         num_workers: int = 0,
+        worker_mode: str = "thread",
         prefetch_factor: Optional[int] = 2,
         drop_last: bool = False,
         pin_memory: bool = False,
@@ -195,7 +207,17 @@ class Loader:
         global_batch_size: Optional[int] = None,
         batch_format: BatchFormat = None,
     ) -> None:
-        _refuse_dataloader_only(sampler, batch_sampler, multiprocessing_context)
+        if worker_mode not in ("thread", "process"):
+            raise ConfigError(
+                f"invalid worker_mode: {worker_mode!r}; use 'thread' (the default: worker "
+                "threads in this process) or 'process' (worker processes, for Python datasets "
+                "whose __getitem__ holds the GIL)"
+            )
+        process = worker_mode == "process"
+        _refuse_dataloader_only(
+            sampler, batch_sampler, None if process else multiprocessing_context
+        )
+        self._workers: Optional[Any] = None
         self.progress = bool(progress)
         self._batch_format = None if batch_format is None else format_function(batch_format)
         # The position load_state_dict() set, until a batch is taken (see `sampler`).
@@ -211,9 +233,16 @@ class Loader:
             # user's function on the worker thread (Hugging Face datasets included).
             _check_collate_fn(collate_fn, transforms, on_error)
             if _is_map_style(source):
+                dataset = source
                 source = _chute.map_dataset(
-                    source, worker_init_fn, max(int(num_workers), 0), collate_fn
+                    source, None if process else worker_init_fn, max(int(num_workers), 0),
+                    collate_fn
                 )
+                if process:
+                    source = self._start_workers(
+                        dataset, source, num_workers, multiprocessing_context, worker_init_fn,
+                        collate_fn, seed, timeout,
+                    )
             elif not hasattr(source, "__iter__"):
                 raise TypeError(
                     f"collate_fn needs a dataset (map-style, or iterable), got "
@@ -247,7 +276,15 @@ class Loader:
                 )
         elif _is_map_style(source):
             # A bad num_workers is reported by the engine, naming the option.
-            source = _chute.map_dataset(source, worker_init_fn, max(int(num_workers), 0))
+            dataset = source
+            source = _chute.map_dataset(
+                source, None if process else worker_init_fn, max(int(num_workers), 0)
+            )
+            if process:
+                source = self._start_workers(
+                    dataset, source, num_workers, multiprocessing_context, worker_init_fn,
+                    None, seed, timeout,
+                )
         elif hasattr(source, "__iter__"):
             pass  # an iterable dataset: see _iterable.py
         else:
@@ -257,6 +294,13 @@ class Loader:
                 f"{type(source).__name__}"
             )
         iterable = not isinstance(source, _chute.Source)
+        if process and self._workers is None:
+            raise ConfigError(
+                "invalid worker_mode: 'process' runs a map-style Python dataset's __getitem__ "
+                "(and collate_fn) in worker processes; chute's own sources, Hugging Face "
+                "datasets read from Arrow and iterable datasets are read by worker threads "
+                "(worker_mode='thread')"
+            )
         if iterable and transforms:
             raise ConfigError(
                 "invalid transforms: an iterable dataset's samples are collated outside "
@@ -568,9 +612,35 @@ class Loader:
     # Lifetime ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stops the worker threads (waiting for transforms in progress) and releases the
-        loader's buffers. Batches already delivered stay valid. Also done at exit."""
+        """Stops the worker threads (waiting for transforms in progress), ends the worker
+        processes (``worker_mode="process"``) and releases the loader's buffers. Batches
+        already delivered stay valid. Also done at exit."""
         self._inner.release()
+        if self._workers is not None:
+            self._workers.close()
+
+    def _start_workers(
+        self,
+        dataset: Any,
+        source: "_chute.Source",
+        num_workers: int,
+        context: Any,
+        worker_init_fn: Any,
+        collate_fn: Any,
+        seed: int,
+        timeout: float,
+    ) -> "_chute.Source":
+        """``worker_mode="process"``: ``num_workers`` worker processes serving ``dataset``;
+        the source that reads through them."""
+        from ._workers import WorkerPool
+
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int):
+            raise ConfigError(f"invalid num_workers: {num_workers!r} is not an int")
+        self._workers = WorkerPool(
+            dataset, source, num_workers, context=context, worker_init_fn=worker_init_fn,
+            collate_fn=collate_fn, seed=seed, timeout=timeout,
+        )
+        return self._workers.source
 
     @property
     def closed(self) -> bool:
@@ -638,7 +708,8 @@ def _refuse_dataloader_only(sampler: Any, batch_sampler: Any, context: Any) -> N
     if context is not None:
         raise ConfigError(
             "invalid multiprocessing_context: chute's workers are threads in this process "
-            "(num_workers=), so there are no worker processes to start"
+            "(num_workers=), so there are no worker processes to start; for a Python dataset "
+            "whose __getitem__ holds the GIL, worker_mode='process' starts them"
         )
 
 

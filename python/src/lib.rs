@@ -32,6 +32,7 @@ mod loader;
 mod map_dataset;
 mod megatron;
 mod mix;
+mod process_workers;
 mod remote;
 mod source;
 mod tensor;
@@ -51,6 +52,8 @@ mod _chute {
     use crate::megatron::MegatronWriter;
     #[pymodule_export]
     use crate::mix::mix;
+    #[pymodule_export]
+    use crate::process_workers::{WorkerSockets, process_dataset, serve_worker};
     #[pymodule_export]
     use crate::remote::{io_stats, set_remote_options};
     #[pymodule_export]

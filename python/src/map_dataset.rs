@@ -171,6 +171,11 @@ impl MapDataset {
         })
     }
 
+    /// The `collate_fn`, when the dataset has one.
+    pub(crate) fn collate_fn(&self) -> Option<&Py<PyAny>> {
+        self.collate_fn.as_ref()
+    }
+
     /// The structure's description once a sample has been read (`None` before).
     pub(crate) fn structure(&self, py: Python<'_>) -> Option<Py<PyAny>> {
         self.schema.as_ref().map(|s| s.tree.clone_ref(py))
@@ -199,7 +204,8 @@ impl MapDataset {
         Ok(())
     }
 
-    fn sample(&self, py: Python<'_>, id: u64) -> PyResult<Sample> {
+    /// Sample `id` as this dataset's fields (its structure flattened), the GIL held.
+    pub(crate) fn sample(&self, py: Python<'_>, id: u64) -> PyResult<Sample> {
         self.init_worker(py)?;
         let item = self.dataset.bind(py).get_item(id)?;
         let Some(schema) = &self.schema else {
@@ -290,7 +296,7 @@ impl MapDataset {
 }
 
 /// Sample `id` failed with `source` (an exception of `__getitem__`, raised again as itself).
-fn failed(id: u64, source: BoxError) -> Error {
+pub(crate) fn failed(id: u64, source: BoxError) -> Error {
     Error::Transform {
         sample: SampleRef {
             index: id,
@@ -537,7 +543,7 @@ fn flatten(
 
 /// `name` as a field name that lives for the process, so that each sample's field names are
 /// borrowed, not allocated; past 65,536 distinct names (samples with ever new keys), owned.
-fn intern(name: &str) -> FieldName {
+pub(crate) fn intern(name: &str) -> FieldName {
     static NAMES: std::sync::Mutex<Option<std::collections::HashSet<&'static str>>> =
         std::sync::Mutex::new(None);
     let mut guard = NAMES.lock().unwrap_or_else(|e| e.into_inner());

@@ -44,6 +44,21 @@ impl Source {
         }
     }
 
+    /// A map-style Python dataset read by worker processes (`worker_mode="process"`): the
+    /// dataset still gives the structure.
+    pub(crate) fn from_process_dataset(
+        dataset: Arc<MapDataset>,
+        inner: Arc<crate::process_workers::ProcessDataset>,
+    ) -> Source {
+        Source {
+            inner,
+            format: "python",
+            dataset: Some(dataset),
+            mixture: None,
+            interrupt: None,
+        }
+    }
+
     /// A mixture as a source.
     pub(crate) fn from_mixture(
         mixture: Arc<chute::dataset::Mixture>,

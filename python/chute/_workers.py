@@ -1,0 +1,168 @@
+"""Process workers for map-style datasets (``chute.Loader(..., worker_mode="process")``).
+
+Each worker is a fresh interpreter (``spawn``, or ``forkserver``: never a fork of this
+process, whose threads a fork would copy mid-flight) that gets the dataset once, pickled, runs
+``worker_init_fn(worker_id)``, makes its arena (anonymous shared memory, ``memfd_create``) and
+hands it to this process over a socket pair. From then on the engine's worker threads send it
+sample ids and copy the samples' fields out of its arena (``_chute.process_dataset``): no
+sample is pickled, nothing is created in ``/dev/shm``, and nothing outlives the processes.
+
+A worker process exits when this process closes its socket (the loader is closed or garbage
+collected, or this process ends or is killed); it ignores Ctrl-C, which this process handles.
+"""
+
+import multiprocessing
+import os
+import pickle
+import random
+import signal
+import socket
+import sys
+from typing import Any, Callable, List, Optional
+
+from . import _chute
+from ._errors import ConfigError
+
+_CONTEXTS = ("spawn", "forkserver")
+
+
+def _context(context: Any) -> Any:
+    """The multiprocessing context to start workers with: spawn by default."""
+    if context is None:
+        return multiprocessing.get_context("spawn")
+    name = context if isinstance(context, str) else getattr(context, "get_start_method", None)
+    if callable(name):
+        name = name()
+    if name not in _CONTEXTS:
+        raise ConfigError(
+            f"invalid multiprocessing_context: {context!r}; worker processes start with "
+            "'spawn' (the default) or 'forkserver': a fork would copy this process's threads "
+            "mid-flight"
+        )
+    return multiprocessing.get_context(name) if isinstance(context, str) else context
+
+
+def _pickled(dataset: Any) -> bytes:
+    """The dataset as each worker process gets it."""
+    try:
+        return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # what pickle raises varies: TypeError, PicklingError, ...
+        raise ConfigError(
+            f"invalid worker_mode: 'process' gives each worker process the dataset pickled, "
+            f"and this {type(dataset).__name__} does not pickle ({e}); open files and "
+            "connections in __getitem__ or worker_init_fn rather than __init__, or use "
+            "worker_mode='thread'"
+        ) from None
+
+
+class WorkerPool:
+    """``num_workers`` worker processes serving ``dataset``; ``source`` reads through them."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        source: "_chute.Source",
+        num_workers: int,
+        *,
+        context: Any = None,
+        worker_init_fn: Optional[Callable[[int], Any]] = None,
+        collate_fn: Optional[Callable[[List[Any]], Any]] = None,
+        seed: int = 0,
+        timeout: float = 0,
+    ) -> None:
+        if num_workers < 1:
+            raise ConfigError(
+                "invalid num_workers: worker_mode='process' reads in worker processes, so it "
+                f"needs num_workers >= 1, got {num_workers}"
+            )
+        ctx = _context(context)
+        payload = _pickled(dataset)
+        self.processes: List[Any] = []
+        ends = []
+        try:
+            for k in range(num_workers):
+                parent, child = socket.socketpair()
+                p = ctx.Process(
+                    target=_main,
+                    args=(child, k, num_workers, payload, worker_init_fn, collate_fn, seed),
+                    name=f"chute-worker-{k}",
+                    daemon=True,
+                )
+                p.start()
+                child.close()
+                self.processes.append(p)
+                ends.append(parent)
+            workers = [self._ready(k, end) for k, end in enumerate(ends)]
+        except BaseException:
+            self.close()
+            for end in ends:
+                end.close()
+            raise
+        self.source, self._sockets = _chute.process_dataset(source, workers, float(timeout or 0))
+
+    def _ready(self, k: int, end: socket.socket) -> Any:
+        """Worker ``k``'s socket and arena once it has started; its startup error raised."""
+        p = self.processes[k]
+        while True:
+            end.settimeout(0.5)
+            try:
+                msg, fds, _, _ = socket.recv_fds(end, 1 << 16, 1)
+                break
+            except socket.timeout:
+                if not p.is_alive():
+                    msg, fds = b"", []
+                    break
+        if not fds:
+            p.join(5)
+            why = msg.decode(errors="replace") or f"exit code {p.exitcode}"
+            raise RuntimeError(f"chute worker process {k} (pid {p.pid}) failed to start: {why}")
+        end.settimeout(None)
+        return (end.detach(), fds[0], k, p.pid)
+
+    def close(self) -> None:
+        """Ends the workers: their sockets are closed, so each ends at its next read; one
+        that does not within seconds is terminated."""
+        sockets = getattr(self, "_sockets", None)
+        if sockets is not None:
+            sockets.close()
+        for p in self.processes:
+            if p.is_alive():
+                p.join(2)
+            if p.is_alive():
+                p.terminate()
+                p.join(2)
+            if p.is_alive():
+                p.kill()
+                p.join(1)
+        self.processes = []
+
+
+def _main(
+    sock: socket.socket,
+    index: int,
+    count: int,
+    payload: bytes,
+    worker_init_fn: Optional[Callable[[int], Any]],
+    collate_fn: Optional[Callable[[List[Any]], Any]],
+    seed: int,
+) -> None:
+    """A worker process: the dataset, the seeds and ``worker_init_fn`` as DataLoader's
+    workers have them, then the serving loop until this process's parent closes the socket."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        dataset = pickle.loads(payload)
+        # As DataLoader seeds its workers: base seed + worker id, for random and torch.
+        random.seed(seed + index)
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.manual_seed(seed + index)
+        if worker_init_fn is not None:
+            worker_init_fn(index)
+        arena = os.memfd_create(f"chute-worker-{index}", os.MFD_CLOEXEC)
+    except BaseException as e:  # reported to the parent, which raises it
+        import traceback
+
+        sock.sendall("".join(traceback.format_exception(type(e), e, e.__traceback__)).encode())
+        return
+    socket.send_fds(sock, [b"ready"], [arena])
+    _chute.serve_worker(sock.fileno(), arena, dataset, collate_fn)

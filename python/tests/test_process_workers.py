@@ -1,0 +1,325 @@
+"""Process workers (``worker_mode="process"``): a map-style dataset whose ``__getitem__`` holds
+the GIL, read by worker processes. The same batches as thread mode for datasets of several
+shapes, worker counts, shuffles, ranks and a resume; ``collate_fn`` and ``worker_init_fn``
+in the workers; exceptions raised as themselves (or skipped and counted); a killed worker, a
+slow one and an unpicklable dataset as clear errors, with no hang; no process and nothing in
+``/dev/shm`` left behind."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import chute
+
+from conftest import clean_env
+
+
+def busy(i: int) -> int:
+    """Pure Python work (the GIL held): what the process mode is for."""
+    x = 0
+    for k in range(300):
+        x += (k * i) % 7
+    return x
+
+
+class Dicts:
+    """Nested dicts and tuples of arrays, numbers, strings, bytes and None."""
+
+    def __init__(self, n: int, fail_at: int = -1) -> None:
+        self.n, self.fail_at = n, fail_at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i == self.fail_at:
+            raise KeyError(f"sample {i} is missing")
+        return {
+            "x": np.arange(12, dtype=np.float32).reshape(3, 4) * i,
+            "meta": {"i": i, "w": busy(i) / 7.0, "ok": i % 2 == 0},
+            "pair": (np.int16(i), np.array([i, -i], dtype=np.int64)),
+            "name": f"item-{i}",
+            "raw": bytes([i % 256]) * (i % 5),
+            "none": None,
+        }
+
+
+class Tokens:
+    """Variable-length token lists (padded by the loader with pad=True)."""
+
+    def __len__(self) -> int:
+        return 97
+
+    def __getitem__(self, i: int):
+        busy(i)
+        return {"ids": np.arange(i % 13 + 1, dtype=np.int32)}
+
+
+class Tensors:
+    """torch tensors and a tuple, as a torchvision-style dataset returns them."""
+
+    def __len__(self) -> int:
+        return 50
+
+    def __getitem__(self, i: int):
+        import torch
+
+        busy(i)
+        return torch.full((2, 3), float(i)), i % 10
+
+
+class Pids:
+    """Each sample says which process read it, and what worker_init_fn set there."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int):
+        return {"pid": os.getpid(), "init": INIT.get("worker", -1), "rand": random.random()}
+
+
+INIT: dict = {}
+
+
+def init_worker(worker_id: int) -> None:
+    INIT["worker"] = worker_id
+
+
+class Slow:
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int):
+        if i == 3:
+            time.sleep(60)
+        return i
+
+
+class Unpicklable:
+    def __init__(self) -> None:
+        self.lock = __import__("threading").Lock()
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        return i
+
+
+def epochs(dataset, mode: str, epochs: int = 2, **kw):
+    """Every batch of `epochs` epochs, as plain Python values."""
+    out = []
+    with chute.Loader(dataset, worker_mode=mode, **kw) as loader:
+        for e in range(epochs):
+            loader.set_epoch(e)
+            for b in loader:
+                out.append(plain(b))
+    return out
+
+
+def plain(v):
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if hasattr(v, "numpy"):
+        v = v.numpy()
+    if isinstance(v, np.ndarray):
+        return (str(v.dtype), v.shape, v.tolist())
+    return v
+
+
+def children() -> set:
+    """The pids of this process's live (not zombie) children."""
+    me = str(os.getpid())
+    out = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":
+            out.add(int(pid))
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_the_same_batches_as_threads(workers):
+    kw = dict(batch_size=8, shuffle=True, seed=4, num_workers=workers)
+    assert epochs(Dicts(61), "process", **kw) == epochs(Dicts(61), "thread", **kw)
+
+
+def test_the_same_batches_for_ranks_padding_and_tensors():
+    for rank in range(2):
+        kw = dict(batch_size=5, shuffle=True, seed=2, num_workers=2, rank=rank, world_size=2,
+                  drop_last=True)
+        assert epochs(Dicts(33), "process", **kw) == epochs(Dicts(33), "thread", **kw)
+    kw = dict(batch_size=6, shuffle="global", seed=1, num_workers=2, pad=True)
+    assert epochs(Tokens(), "process", **kw) == epochs(Tokens(), "thread", **kw)
+    pytest.importorskip("torch")
+    kw = dict(batch_size=7, num_workers=2, output="torch")
+    got = epochs(Tensors(), "process", **kw)
+    assert got == epochs(Tensors(), "thread", **kw)
+    assert got[0][0][0] == "float32" and got[0][0][1] == (7, 2, 3)
+
+
+def test_a_resume_continues_with_the_same_batches():
+    kw = dict(batch_size=4, shuffle=True, seed=9, num_workers=2)
+    whole = epochs(Dicts(40), "thread", epochs=1, **kw)
+    with chute.Loader(Dicts(40), worker_mode="process", **kw) as loader:
+        it = iter(loader)
+        head = [plain(next(it)) for _ in range(3)]
+        state = loader.state_dict()
+    with chute.Loader(Dicts(40), worker_mode="process", **kw) as loader:
+        loader.load_state_dict(state)
+        rest = [plain(b) for b in loader]
+    assert head + rest == whole
+
+
+def collate_pairs(samples):
+    return {"n": len(samples), "first": samples[0]["meta"]["i"], "pid": os.getpid()}
+
+
+def test_collate_fn_and_worker_init_fn_run_in_the_workers():
+    with chute.Loader(Dicts(20), batch_size=6, num_workers=2, worker_mode="process",
+                      collate_fn=collate_pairs) as loader:
+        got = list(loader)
+    assert [b["n"] for b in got] == [6, 6, 6, 2]
+    assert [b["first"] for b in got] == [0, 6, 12, 18]
+    assert os.getpid() not in {b["pid"] for b in got}
+    with chute.Loader(Pids(), batch_size=4, num_workers=2, worker_mode="process",
+                      worker_init_fn=init_worker, seed=5) as loader:
+        samples = [s for b in loader for s in zip(b["pid"].tolist(), b["init"].tolist())]
+        pids = {p for p, _ in samples}
+        assert os.getpid() not in pids and len(pids) <= 2
+        assert {w for _, w in samples} <= {0, 1}
+        assert all(w >= 0 for _, w in samples)
+
+
+def test_an_exception_is_raised_as_itself_or_skipped_and_counted():
+    with chute.Loader(Dicts(30, fail_at=13), batch_size=4, num_workers=2,
+                      worker_mode="process") as loader:
+        with pytest.raises(KeyError, match="sample 13 is missing") as info:
+            list(loader)
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert "worker process" in notes and "__getitem__" in notes, notes
+    with chute.Loader(Dicts(30, fail_at=13), batch_size=4, num_workers=2,
+                      worker_mode="process", on_error="skip") as loader:
+        n = sum(len(b["name"]) for b in loader)
+        assert n == 30 and loader.stats()["skipped"] == 1
+
+
+def test_a_killed_worker_is_a_clear_error_and_nothing_hangs():
+    before = children()
+    loader = chute.Loader(Dicts(4000), batch_size=8, num_workers=2, worker_mode="process")
+    it = iter(loader)
+    next(it)
+    victim = loader._workers.processes[1].pid
+    os.kill(victim, signal.SIGKILL)
+    t = time.monotonic()
+    with pytest.raises(RuntimeError, match=rf"worker process 1 \(pid {victim}\) was killed by "
+                                           r"signal 9"):
+        for _ in it:
+            pass
+    assert time.monotonic() - t < 30
+    loader.close()
+    assert children() <= before
+
+
+def test_a_worker_over_timeout_is_an_error_and_close_ends_it():
+    before = children()
+    loader = chute.Loader(Slow(), batch_size=2, num_workers=1, worker_mode="process", timeout=2)
+    t = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"timeout=2"):
+        list(loader)
+    # The worker process itself outlasts timeout= too: the batch after is its error.
+    with pytest.raises(RuntimeError, match=r"took more than timeout=2"):
+        list(loader)
+    assert time.monotonic() - t < 20
+    loader.close()
+    assert children() <= before
+
+
+def test_refused_setups_say_what_to_do():
+    with pytest.raises(chute.ConfigError, match="does not pickle"):
+        chute.Loader(Unpicklable(), num_workers=1, worker_mode="process")
+    with pytest.raises(chute.ConfigError, match="num_workers >= 1"):
+        chute.Loader(Dicts(4), num_workers=0, worker_mode="process")
+    with pytest.raises(chute.ConfigError, match="'spawn'"):
+        chute.Loader(Dicts(4), num_workers=1, worker_mode="process",
+                     multiprocessing_context="fork")
+    with pytest.raises(chute.ConfigError, match="invalid worker_mode"):
+        chute.Loader(Dicts(4), num_workers=1, worker_mode="processes")
+
+
+def test_forkserver_works_too():
+    kw = dict(batch_size=8, num_workers=2)
+    got = epochs(Dicts(20), "process", epochs=1, multiprocessing_context="forkserver", **kw)
+    assert got == epochs(Dicts(20), "thread", epochs=1, **kw)
+
+
+def test_no_process_or_shared_memory_is_left_behind():
+    """Each way a program leaves: a normal end, an exception, the loader never closed."""
+    code = """
+import sys, numpy as np, chute
+sys.path.insert(0, {here!r})
+from test_process_workers import Dicts
+loader = chute.Loader(Dicts(500), batch_size=8, num_workers=2, worker_mode="process")
+it = iter(loader)
+next(it)
+print(" ".join(str(p.pid) for p in loader._workers.processes), flush=True)
+if sys.argv[1] == "raise":
+    raise ValueError("the training step failed")
+"""
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for how in ("end", "raise"):
+        r = subprocess.run([sys.executable, "-c", code.format(here=here), how],
+                           capture_output=True, text=True, timeout=120, env=clean_env())
+        assert r.returncode == (1 if how == "raise" else 0), r.stderr
+        pids = [int(p) for p in r.stdout.split()]
+        assert len(pids) == 2
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{p}") for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(os.path.exists(f"/proc/{p}") for p in pids), "worker processes left"
+        if how == "raise":
+            assert r.stderr.count("Traceback") == 1 and "the training step failed" in r.stderr
+        else:
+            assert r.stderr == "", r.stderr
+    if os.path.isdir("/dev/shm"):
+        assert set(os.listdir("/dev/shm")) <= shm_before
+
+
+def test_a_killed_parent_takes_its_workers_with_it():
+    code = """
+import sys, time, chute
+sys.path.insert(0, {here!r})
+from test_process_workers import Dicts
+loader = chute.Loader(Dicts(10**6), batch_size=8, num_workers=2, worker_mode="process")
+it = iter(loader)
+next(it)
+print(" ".join(str(p.pid) for p in loader._workers.processes), flush=True)
+for _ in it:
+    pass
+"""
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = subprocess.Popen([sys.executable, "-c", code.format(here=here)], stdout=subprocess.PIPE,
+                         text=True)
+    pids = [int(x) for x in p.stdout.readline().split()]
+    assert len(pids) == 2
+    p.kill()
+    p.wait(10)
+    deadline = time.monotonic() + 15
+    while any(os.path.exists(f"/proc/{q}") for q in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(os.path.exists(f"/proc/{q}") for q in pids), "workers outlived the parent"
