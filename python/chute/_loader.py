@@ -95,8 +95,9 @@ class Loader:
       workers), and hands samples back through shared memory (anonymous: nothing in
       ``/dev/shm``), not pickled. Order, ranks, resume and ``on_error`` are the same as in
       thread mode: the same batches. A worker that dies (killed, out of memory) or outlasts
-      ``timeout`` is a ``RuntimeError`` naming it and its samples. ``transforms`` run in this
-      process's worker threads.
+      ``timeout`` is a ``RuntimeError`` naming it and its samples. The Python callables at the
+      head of ``transforms`` run in the worker processes (with the sample's RNG, as on the
+      threads), native ops on this process's worker threads.
     - ``prefetch_factor``: batches prefetched per worker, as in DataLoader; chute's ready
       queue then holds ``max(1, prefetch_factor * max(num_workers, 1))`` batches, on top of
       the one each worker is building (``loader.prefetch`` is that depth).
@@ -218,6 +219,12 @@ class Loader:
             sampler, batch_sampler, None if process else multiprocessing_context
         )
         self._workers: Optional[Any] = None
+        # The engine's transforms; in process mode, the Python callables at their head run in
+        # the worker processes instead (before the native ops, as listed).
+        specs = [_transform(t) for t in _as_list(transforms)]
+        worker_specs: List[Any] = []
+        while process and specs and isinstance(specs[0], tuple):
+            worker_specs.append(specs.pop(0))
         self.progress = bool(progress)
         self._batch_format = None if batch_format is None else format_function(batch_format)
         # The position load_state_dict() set, until a batch is taken (see `sampler`).
@@ -241,7 +248,7 @@ class Loader:
                 if process:
                     source = self._start_workers(
                         dataset, source, num_workers, multiprocessing_context, worker_init_fn,
-                        collate_fn, seed, timeout,
+                        collate_fn, seed, timeout, worker_specs,
                     )
             elif not hasattr(source, "__iter__"):
                 raise TypeError(
@@ -283,7 +290,7 @@ class Loader:
             if process:
                 source = self._start_workers(
                     dataset, source, num_workers, multiprocessing_context, worker_init_fn,
-                    None, seed, timeout,
+                    None, seed, timeout, worker_specs,
                 )
         elif hasattr(source, "__iter__"):
             pass  # an iterable dataset: see _iterable.py
@@ -386,7 +393,7 @@ class Loader:
             pin_memory=pin_memory,
             rank=rank,
             world_size=world_size,
-            transforms=[_transform(t) for t in _as_list(transforms)],
+            transforms=specs,
             on_error=on_error,
             output=_converter(engine_output),
             pad=pad,
@@ -629,6 +636,7 @@ class Loader:
         collate_fn: Any,
         seed: int,
         timeout: float,
+        transforms: List[Any],
     ) -> "_chute.Source":
         """``worker_mode="process"``: ``num_workers`` worker processes serving ``dataset``;
         the source that reads through them."""
@@ -638,7 +646,7 @@ class Loader:
             raise ConfigError(f"invalid num_workers: {num_workers!r} is not an int")
         self._workers = WorkerPool(
             dataset, source, num_workers, context=context, worker_init_fn=worker_init_fn,
-            collate_fn=collate_fn, seed=seed, timeout=timeout,
+            collate_fn=collate_fn, seed=seed, timeout=timeout, transforms=transforms,
         )
         return self._workers.source
 

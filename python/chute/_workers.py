@@ -6,6 +6,8 @@ process, whose threads a fork would copy mid-flight) that gets the dataset once,
 hands it to this process over a socket pair. From then on the engine's worker threads send it
 sample ids and copy the samples' fields out of its arena (``_chute.process_dataset``): no
 sample is pickled, nothing is created in ``/dev/shm``, and nothing outlives the processes.
+The Python transforms at the head of the loader's ``transforms`` run there too, each sample
+with the RNG the engine would give it, so the batches are thread mode's.
 
 A worker process exits when this process closes its socket (the loader is closed or garbage
 collected, or this process ends or is killed); it ignores Ctrl-C, which this process handles.
@@ -42,16 +44,24 @@ def _context(context: Any) -> Any:
     return multiprocessing.get_context(name) if isinstance(context, str) else context
 
 
-def _pickled(dataset: Any) -> bytes:
-    """The dataset as each worker process gets it."""
+def _pickled(dataset: Any, transforms: List[Any]) -> bytes:
+    """The dataset and the transforms as each worker process gets them."""
     try:
-        return pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:  # what pickle raises varies: TypeError, PicklingError, ...
         raise ConfigError(
             f"invalid worker_mode: 'process' gives each worker process the dataset pickled, "
             f"and this {type(dataset).__name__} does not pickle ({e}); open files and "
             "connections in __getitem__ or worker_init_fn rather than __init__, or use "
             "worker_mode='thread'"
+        ) from None
+    try:
+        return pickle.dumps((dataset, transforms), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
+        raise ConfigError(
+            f"invalid transforms: with worker_mode='process' the Python transforms run in the "
+            f"worker processes, so they must pickle, and one does not ({e}); define it at a "
+            "module's top level (not a lambda or a nested function)"
         ) from None
 
 
@@ -69,6 +79,7 @@ class WorkerPool:
         collate_fn: Optional[Callable[[List[Any]], Any]] = None,
         seed: int = 0,
         timeout: float = 0,
+        transforms: Optional[List[Any]] = None,
     ) -> None:
         if num_workers < 1:
             raise ConfigError(
@@ -76,7 +87,7 @@ class WorkerPool:
                 f"needs num_workers >= 1, got {num_workers}"
             )
         ctx = _context(context)
-        payload = _pickled(dataset)
+        payload = _pickled(dataset, list(transforms or []))
         self.processes: List[Any] = []
         ends = []
         try:
@@ -150,7 +161,7 @@ def _main(
     workers have them, then the serving loop until this process's parent closes the socket."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        dataset = pickle.loads(payload)
+        dataset, transforms = pickle.loads(payload)
         # As DataLoader seeds its workers: base seed + worker id, for random and torch.
         random.seed(seed + index)
         torch = sys.modules.get("torch")
@@ -165,4 +176,4 @@ def _main(
         sock.sendall("".join(traceback.format_exception(type(e), e, e.__traceback__)).encode())
         return
     socket.send_fds(sock, [b"ready"], [arena])
-    _chute.serve_worker(sock.fileno(), arena, dataset, collate_fn)
+    _chute.serve_worker(sock.fileno(), arena, dataset, collate_fn, transforms)

@@ -29,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use chute::core::{Array, BufferPool, Column, Error, Field, Manifest, Opaque, Sample};
+use chute::core::{Array, BufferPool, Column, Error, Field, Manifest, Opaque, Sample, SampleRng};
 use chute::{DType, Source};
 use memmap2::{Mmap, MmapMut};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -91,6 +91,9 @@ pub(crate) struct ProcessDataset {
     timeout: Option<Duration>,
     /// Requests answered, for the figures.
     served: AtomicUsize,
+    /// The seed and epoch of the engine's plan, which the workers' transforms draw their
+    /// per-sample randomness from (as the engine's do).
+    plan: Mutex<(u64, u64)>,
 }
 
 impl std::fmt::Debug for ProcessDataset {
@@ -149,7 +152,8 @@ impl ProcessDataset {
     /// the pool once the answer is read.
     fn request(&self, op: u8, ids: &[u64]) -> Result<Answer, String> {
         let mut w = self.take()?;
-        match w.ask(op, ids, self.timeout) {
+        let plan = *self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        match w.ask(op, plan, ids, self.timeout) {
             Ok(answer) => {
                 self.served.fetch_add(1, Ordering::Relaxed);
                 self.give_back(w);
@@ -182,9 +186,17 @@ enum Reply {
 }
 
 impl Worker {
-    fn ask(&mut self, op: u8, ids: &[u64], timeout: Option<Duration>) -> io::Result<Answer> {
-        let mut req = Vec::with_capacity(5 + 8 * ids.len());
+    fn ask(
+        &mut self,
+        op: u8,
+        (seed, epoch): (u64, u64),
+        ids: &[u64],
+        timeout: Option<Duration>,
+    ) -> io::Result<Answer> {
+        let mut req = Vec::with_capacity(21 + 8 * ids.len());
         req.push(op);
+        req.extend(seed.to_le_bytes());
+        req.extend(epoch.to_le_bytes());
         req.extend((ids.len() as u32).to_le_bytes());
         for id in ids {
             req.extend(id.to_le_bytes());
@@ -473,6 +485,11 @@ impl Source for ProcessDataset {
         })
     }
 
+    fn set_plan(&self, plan: &chute::core::Plan) {
+        let c = plan.config();
+        *self.plan.lock().unwrap_or_else(|e| e.into_inner()) = (c.seed, c.epoch);
+    }
+
     fn stats(&self) -> Option<serde_json::Value> {
         Some(serde_json::json!({
             "worker_mode": "process",
@@ -562,6 +579,7 @@ pub(crate) fn process_dataset(
         workers: n,
         timeout: (timeout > 0.0).then(|| Duration::from_secs_f64(timeout)),
         served: AtomicUsize::new(0),
+        plan: Mutex::new((0, 0)),
     });
     let handle = WorkerSockets {
         inner: Arc::clone(&inner),
@@ -601,20 +619,24 @@ impl Arena {
     }
 }
 
-/// `chute._chute.serve_worker(sock, memfd, dataset, collate_fn=None)`: a worker process's
-/// loop (see the module documentation): reads requests from the socket `sock` until the
-/// parent closes it, reading samples of `dataset` into the arena `memfd`. Returns when the
-/// parent is gone.
+/// `chute._chute.serve_worker(sock, memfd, dataset, collate_fn=None, transforms=None)`: a
+/// worker process's loop (see the module documentation): reads requests from the socket
+/// `sock` until the parent closes it, reading samples of `dataset` into the arena `memfd`,
+/// each run through `transforms` (Python callables as `chute.Loader` takes them, with the
+/// per-sample RNG the engine would give them). Returns when the parent is gone.
 #[pyfunction]
-#[pyo3(signature = (sock, memfd, dataset, collate_fn=None))]
+#[pyo3(signature = (sock, memfd, dataset, collate_fn=None, transforms=None))]
 pub(crate) fn serve_worker(
     py: Python<'_>,
     sock: RawFd,
     memfd: RawFd,
     dataset: &Bound<'_, PyAny>,
     collate_fn: Option<Py<PyAny>>,
+    transforms: Option<Vec<Bound<'_, PyAny>>>,
 ) -> PyResult<()> {
     let map = MapDataset::new(dataset, None, collate_fn.as_ref().map(|f| f.clone_ref(py)))?;
+    let interrupt = Arc::new(crate::transform::Interrupt::default());
+    let transform = crate::transform::build(transforms.unwrap_or_default(), &interrupt)?;
     // SAFETY: `sock` and `memfd` are this process's, handed over for the loop's life.
     let (mut stream, file) = unsafe {
         (
@@ -631,8 +653,8 @@ pub(crate) fn serve_worker(
     let format_exception = py.import("traceback")?.getattr("format_exception")?;
     loop {
         let mut r = Reader(&mut stream);
-        let (op, n) = match (r.u8(), r.u32()) {
-            (Ok(op), Ok(n)) if n <= MAX_IDS => (op, n),
+        let (op, seed, epoch, n) = match (r.u8(), r.u64(), r.u64(), r.u32()) {
+            (Ok(op), Ok(seed), Ok(epoch), Ok(n)) if n <= MAX_IDS => (op, seed, epoch, n),
             _ => return Ok(()), // the parent closed the socket, or is not chute's
         };
         let mut ids = Vec::with_capacity(n as usize);
@@ -701,7 +723,18 @@ pub(crate) fn serve_worker(
         } else {
             body.extend((ids.len() as u32).to_le_bytes());
             for &id in &ids {
-                match map.sample(py, id) {
+                let read = map.sample(py, id).and_then(|mut s| {
+                    if let Some(t) = &transform {
+                        let mut rng = SampleRng::for_sample(seed, epoch, id);
+                        t.apply(&mut s, &mut rng)
+                            .map_err(|e| match e.downcast::<PyErr>() {
+                                Ok(e) => *e,
+                                Err(e) => PyRuntimeError::new_err(e.to_string()),
+                            })?;
+                    }
+                    Ok(s)
+                });
+                match read {
                     Ok(s) => encode(&s, &mut body, &mut arena)
                         .map_err(|e| PyRuntimeError::new_err(format!("arena: {e}")))?,
                     Err(e) => exception(e, &mut body, RAISED)?,

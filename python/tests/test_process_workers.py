@@ -185,6 +185,28 @@ def test_a_resume_continues_with_the_same_batches():
     assert head + rest == whole
 
 
+def jitter(sample, rng):
+    """A Python transform drawing from the sample's RNG."""
+    sample["x"] = sample["x"] + rng.normal(size=sample["x"].shape).astype(np.float32)
+    sample["pid"] = np.int64(os.getpid())
+    return sample
+
+
+def test_python_transforms_run_in_the_workers_with_the_same_randomness():
+    kw = dict(batch_size=8, shuffle=True, seed=3, num_workers=2, transforms=[jitter])
+    got = epochs(Dicts(30), "process", **kw)
+    want = epochs(Dicts(30), "thread", **kw)
+    pids = {p for b in got for p in b["pid"][2]}
+    assert os.getpid() not in pids
+    for b in got + want:
+        del b["pid"]
+    assert got == want
+    assert got != epochs(Dicts(30), "thread", **dict(kw, seed=4))
+    with pytest.raises(chute.ConfigError, match="must pickle"):
+        chute.Loader(Dicts(4), num_workers=1, worker_mode="process",
+                     transforms=[lambda s: s])
+
+
 def collate_pairs(samples):
     return {"n": len(samples), "first": samples[0]["meta"]["i"], "pid": os.getpid()}
 
