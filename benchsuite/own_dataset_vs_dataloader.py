@@ -1,5 +1,6 @@
-"""The seed document's pattern: your own map-style Dataset under chute.Loader (worker threads)
-vs torch's DataLoader (worker processes), side by side, same dataset object.
+"""The seed document's pattern: your own map-style Dataset under chute.Loader (worker threads,
+and worker processes with worker_mode="process") vs torch's DataLoader (worker processes),
+side by side, same dataset object.
 
     python benchsuite/own_dataset_vs_dataloader.py [--images 1500] [--epochs 2] [--workers 2]
 
@@ -199,17 +200,20 @@ def main():
             "DataLoader(num_workers=0)": lambda: tud.DataLoader(ds, batch_size=bs, shuffle=True, num_workers=0),
             f"DataLoader(num_workers={w})": lambda: tud.DataLoader(ds, batch_size=bs, shuffle=True, num_workers=w),
             f"chute.Loader(num_workers={w})": lambda: chute.Loader(ds, batch_size=bs, shuffle=True, num_workers=w),
+            f"chute.Loader(num_workers={w}, process)": lambda: chute.Loader(
+                ds, batch_size=bs, shuffle=True, num_workers=w, worker_mode="process"),
         }
         if name == "bytes":
             # torch's loaders run the PIL dataset; chute the bytes one with native ops.
             raw = ImageBytes(root)
             cases[f"chute.Loader(num_workers={w})"] = lambda: chute.Loader(
                 raw, batch_size=bs, shuffle=True, num_workers=w, transforms=NATIVE)
+            del cases[f"chute.Loader(num_workers={w}, process)"]
         for case, make in cases.items():
             runs = [run(make, a.epochs) for _ in range(a.repeats)]
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             results[f"{name} {case}"] = med
-            print(f"{name:12s} {case:28s} {med['per_s']:10.0f}/s  first batch {med['first_s']:.3f} s  "
+            print(f"{name:12s} {case:37s} {med['per_s']:10.0f}/s  first batch {med['first_s']:.3f} s  "
                   f"RSS {med['rss_mb']:7.0f} MB  PSS {med['pss_mb']:7.0f} MB", flush=True)
     print(json.dumps(results))
 

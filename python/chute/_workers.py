@@ -20,7 +20,9 @@ import random
 import signal
 import socket
 import sys
-from typing import Any, Callable, List, Optional
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional
 
 from . import _chute
 from ._errors import ConfigError
@@ -63,6 +65,54 @@ def _pickled(dataset: Any, transforms: List[Any]) -> bytes:
             f"worker processes, so they must pickle, and one does not ({e}); define it at a "
             "module's top level (not a lambda or a nested function)"
         ) from None
+
+
+# Two threads must read at least this many times as fast as one for worker_mode="auto" to
+# keep threads: below it the GIL (or the Python around the native work) holds them back, and
+# processes, which DataLoader uses, scale better.
+THREADS_SCALE = 1.8
+
+
+def probe(dataset: Any, budget: float = 0.5) -> Dict[str, Any]:
+    """How a map-style dataset's ``__getitem__`` scales on threads: a few samples read on one
+    thread, then as many on each of two threads at once (within about ``budget`` seconds
+    each); ``worker_mode="auto"`` picks processes when two threads are less than
+    ``THREADS_SCALE`` times as fast as one. Returns the figures: ``samples``, ``one_thread_s``,
+    ``two_threads_s`` (per sample), ``thread_scaling`` and the ``choice``."""
+    n = len(dataset)
+    if n == 0:
+        return {"choice": "thread", "why": "the dataset is empty"}
+    order = [(i * 7919) % n for i in range(n)]  # spread over the dataset, not its head only
+    dataset[order[0]]  # the first read pays for imports and opened files
+
+    def read(ids: List[int]) -> int:
+        for i in ids:
+            dataset[i]
+        return len(ids)
+
+    # One thread: as many samples as fit in the budget (at least 2).
+    k, t0 = 0, time.perf_counter()
+    while k < min(n, 64) and (k < 2 or time.perf_counter() - t0 < budget):
+        read([order[k % n]])
+        k += 1
+    one = (time.perf_counter() - t0) / k
+    # Two threads, k samples each.
+    ids = [order[(k + j) % n] for j in range(2 * k)]
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=read, args=(ids[j::2],)) for j in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    two = (time.perf_counter() - t0) / (2 * k)
+    scaling = one / two if two > 0 else 2.0
+    return {
+        "samples": 3 * k,
+        "one_thread_s": one,
+        "two_threads_s": two,
+        "thread_scaling": round(scaling, 3),
+        "choice": "thread" if scaling >= THREADS_SCALE else "process",
+    }
 
 
 class WorkerPool:

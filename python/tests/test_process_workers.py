@@ -91,6 +91,31 @@ def init_worker(worker_id: int) -> None:
     INIT["worker"] = worker_id
 
 
+class Sleepy:
+    """Waits without the GIL (as a read from storage does): threads scale."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        time.sleep(0.01)
+        return i
+
+
+class Spin:
+    """Pure Python for about 5 ms a sample: the GIL serializes threads."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        end = time.perf_counter() + 0.005
+        x = 0
+        while time.perf_counter() < end:
+            x += 1
+        return i
+
+
 class Slow:
     def __len__(self) -> int:
         return 10
@@ -269,6 +294,22 @@ def test_a_worker_over_timeout_is_an_error_and_close_ends_it():
     assert time.monotonic() - t < 20
     loader.close()
     assert children() <= before
+
+
+def test_auto_picks_processes_where_threads_do_not_scale():
+    with chute.Loader(Spin(), batch_size=8, num_workers=2, worker_mode="auto") as loader:
+        assert loader.worker_mode == "process", loader.stats()["worker_probe"]
+        assert len([b for b in loader]) == 8
+        probe = loader.stats()["worker_probe"]
+        assert probe["thread_scaling"] < 1.8 and loader.stats()["worker_mode"] == "process"
+    with chute.Loader(Sleepy(), batch_size=8, num_workers=2, worker_mode="auto") as loader:
+        assert loader.worker_mode == "thread", loader.stats()["worker_probe"]
+        assert loader.stats()["worker_probe"]["thread_scaling"] >= 1.8
+    unpicklable = Unpicklable()
+    with chute.Loader(unpicklable, num_workers=2, worker_mode="auto") as loader:
+        assert loader.worker_mode == "thread"
+    with chute.Loader(Dicts(4), num_workers=0, worker_mode="auto") as loader:
+        assert loader.worker_mode == "thread" and "worker_probe" not in loader.stats()
 
 
 def test_refused_setups_say_what_to_do():
