@@ -259,7 +259,7 @@ class Loader:
                 if process:
                     source = self._start_workers(
                         dataset, source, num_workers, multiprocessing_context, worker_init_fn,
-                        collate_fn, seed, timeout, worker_specs,
+                        collate_fn, seed, timeout, worker_specs, on_error,
                     )
             elif not hasattr(source, "__iter__"):
                 raise TypeError(
@@ -301,7 +301,7 @@ class Loader:
             if process:
                 source = self._start_workers(
                     dataset, source, num_workers, multiprocessing_context, worker_init_fn,
-                    None, seed, timeout, worker_specs,
+                    None, seed, timeout, worker_specs, on_error,
                 )
         elif hasattr(source, "__iter__"):
             pass  # an iterable dataset: see _iterable.py
@@ -678,6 +678,7 @@ class Loader:
         seed: int,
         timeout: float,
         transforms: List[Any],
+        on_error: str,
     ) -> "_chute.Source":
         """``worker_mode="process"``: ``num_workers`` worker processes serving ``dataset``;
         the source that reads through them."""
@@ -688,8 +689,11 @@ class Loader:
         self._workers = WorkerPool(
             dataset, source, num_workers, context=context, worker_init_fn=worker_init_fn,
             collate_fn=collate_fn, seed=seed, timeout=timeout, transforms=transforms,
+            restart=on_error == "skip",
         )
-        return self._workers.source
+        source = self._workers.source
+        del self._workers.source  # the loader holds it; the pool must not (see _workers.py)
+        return source
 
     @property
     def closed(self) -> bool:

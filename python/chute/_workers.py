@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _chute
@@ -130,6 +131,7 @@ class WorkerPool:
         seed: int = 0,
         timeout: float = 0,
         transforms: Optional[List[Any]] = None,
+        restart: bool = False,
     ) -> None:
         if num_workers < 1:
             raise ConfigError(
@@ -138,28 +140,60 @@ class WorkerPool:
             )
         ctx = _context(context)
         payload = _pickled(dataset, list(transforms or []))
+        self._start = lambda k, child: ctx.Process(
+            target=_main,
+            args=(child, k, num_workers, payload, worker_init_fn, collate_fn, seed),
+            name=f"chute-worker-{k}",
+            daemon=True,
+        )
         self.processes: List[Any] = []
         ends = []
         try:
             for k in range(num_workers):
-                parent, child = socket.socketpair()
-                p = ctx.Process(
-                    target=_main,
-                    args=(child, k, num_workers, payload, worker_init_fn, collate_fn, seed),
-                    name=f"chute-worker-{k}",
-                    daemon=True,
-                )
-                p.start()
-                child.close()
+                p, end = self._launch(k)
                 self.processes.append(p)
-                ends.append(parent)
+                ends.append(end)
             workers = [self._ready(k, end) for k, end in enumerate(ends)]
         except BaseException:
             self.close()
             for end in ends:
                 end.close()
             raise
-        self.source, self._sockets = _chute.process_dataset(source, workers, float(timeout or 0))
+        # The source holds the restart callback: through a weak reference, so that a loader
+        # dropped without close() frees the pool, its sockets and so its processes.
+        me = weakref.ref(self)
+
+        def restart_worker(k: int) -> Any:
+            pool = me()
+            if pool is None:
+                raise RuntimeError("the worker pool is gone")
+            return pool._restart(k)
+
+        self.source, self._sockets = _chute.process_dataset(
+            source, workers, float(timeout or 0), restart_worker if restart else None
+        )
+
+    def _launch(self, k: int) -> Any:
+        """Starts worker ``k``: its process and this process's end of its socket pair."""
+        parent, child = socket.socketpair()
+        p = self._start(k, child)
+        try:
+            p.start()
+        finally:
+            child.close()
+        return p, parent
+
+    def _restart(self, k: int) -> Any:
+        """A new worker ``k`` in place of one that died (``on_error="skip"``)."""
+        old = self.processes[k]
+        old.join(0)
+        p, end = self._launch(k)
+        self.processes[k] = p
+        try:
+            return self._ready(k, end)
+        except BaseException:
+            end.close()
+            raise
 
     def _ready(self, k: int, end: socket.socket) -> Any:
         """Worker ``k``'s socket and arena once it has started; its startup error raised."""

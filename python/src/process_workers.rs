@@ -94,6 +94,11 @@ pub(crate) struct ProcessDataset {
     /// The seed and epoch of the engine's plan, which the workers' transforms draw their
     /// per-sample randomness from (as the engine's do).
     plan: Mutex<(u64, u64)>,
+    /// Starts a worker process in place of one that died: `restart(index)` returns its
+    /// `(socket fd, memfd, index, pid)` (given under `on_error="skip"`).
+    restart: Option<Py<PyAny>>,
+    /// Workers restarted.
+    restarts: AtomicUsize,
 }
 
 impl std::fmt::Debug for ProcessDataset {
@@ -161,10 +166,36 @@ impl ProcessDataset {
             }
             Err(e) => {
                 let why = w.failure(&e, ids, self.timeout);
+                let timed_out = matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                );
+                if !timed_out && let Some(new) = self.restart(w.index) {
+                    self.restarts.fetch_add(1, Ordering::Relaxed);
+                    self.give_back(new);
+                    return Err(format!("{why} (a new worker process took its place)"));
+                }
                 self.break_pool(why.clone());
                 Err(why)
             }
         }
+    }
+
+    /// A new worker process in place of worker `index`, from the `restart` callback
+    /// (given under `on_error="skip"`); `None` without one or when it fails.
+    fn restart(&self, index: usize) -> Option<Worker> {
+        let restart = self.restart.as_ref()?;
+        if crate::transform::SHUTTING_DOWN.load(Ordering::Relaxed) {
+            return None;
+        }
+        let (sock, memfd, index, pid) = Python::attach(|py| {
+            restart
+                .call1(py, (index,))
+                .and_then(|r| r.extract::<(RawFd, RawFd, usize, u32)>(py))
+        })
+        .ok()?;
+        // SAFETY: the callback hands these fds over, as `process_dataset`'s caller does.
+        Some(unsafe { Worker::adopt(sock, memfd, index, pid) })
     }
 }
 
@@ -186,6 +217,22 @@ enum Reply {
 }
 
 impl Worker {
+    /// A worker from its socket and arena fds, taken over.
+    ///
+    /// # Safety
+    /// The fds must be open and owned by no one else.
+    unsafe fn adopt(sock: RawFd, memfd: RawFd, index: usize, pid: u32) -> Worker {
+        // SAFETY: as the caller promises.
+        let (sock, memfd) = unsafe { (OwnedFd::from_raw_fd(sock), OwnedFd::from_raw_fd(memfd)) };
+        Worker {
+            index,
+            pid,
+            stream: UnixStream::from(sock),
+            arena: File::from(memfd),
+            map: None,
+        }
+    }
+
     fn ask(
         &mut self,
         op: u8,
@@ -495,6 +542,7 @@ impl Source for ProcessDataset {
             "worker_mode": "process",
             "worker_processes": self.workers,
             "requests": self.served.load(Ordering::Relaxed),
+            "restarts": self.restarts.load(Ordering::Relaxed),
         }))
     }
 }
@@ -538,16 +586,19 @@ impl WorkerSockets {
     }
 }
 
-/// `chute._chute.process_dataset(source, workers, timeout=0)`: `source` (a map-style
-/// dataset's source, from `map_dataset`) read by worker processes, each `(socket fd, arena
-/// memfd, index, pid)`; the fds are taken over. Returns the new source and the handle that
-/// closes the workers' sockets.
+/// `chute._chute.process_dataset(source, workers, timeout=0, restart=None)`: `source` (a
+/// map-style dataset's source, from `map_dataset`) read by worker processes, each `(socket
+/// fd, arena memfd, index, pid)`; the fds are taken over. `restart(index)`, when given, starts
+/// a process in place of one that died and returns the same tuple (the reads it held fail,
+/// and the loader skips them). Returns the new source and the handle that closes the
+/// workers' sockets.
 #[pyfunction]
-#[pyo3(signature = (source, workers, timeout=0.0))]
+#[pyo3(signature = (source, workers, timeout=0.0, restart=None))]
 pub(crate) fn process_dataset(
     source: &Bound<'_, PySource>,
     workers: Vec<(RawFd, RawFd, usize, u32)>,
     timeout: f64,
+    restart: Option<Py<PyAny>>,
 ) -> PyResult<(PySource, WorkerSockets)> {
     let Some(map) = source.get().dataset.clone() else {
         return Err(PyValueError::new_err(
@@ -560,14 +611,7 @@ pub(crate) fn process_dataset(
     let mut idle = Vec::with_capacity(workers.len());
     for (sock, memfd, index, pid) in workers {
         // SAFETY: the caller hands these fds over (detached from their Python objects).
-        let (sock, memfd) = unsafe { (OwnedFd::from_raw_fd(sock), OwnedFd::from_raw_fd(memfd)) };
-        idle.push(Worker {
-            index,
-            pid,
-            stream: UnixStream::from(sock),
-            arena: File::from(memfd),
-            map: None,
-        });
+        idle.push(unsafe { Worker::adopt(sock, memfd, index, pid) });
     }
     // Worker 0 first, as a single-worker run would use it.
     idle.reverse();
@@ -580,6 +624,8 @@ pub(crate) fn process_dataset(
         timeout: (timeout > 0.0).then(|| Duration::from_secs_f64(timeout)),
         served: AtomicUsize::new(0),
         plan: Mutex::new((0, 0)),
+        restart,
+        restarts: AtomicUsize::new(0),
     });
     let handle = WorkerSockets {
         inner: Arc::clone(&inner),

@@ -282,6 +282,25 @@ def test_a_killed_worker_is_a_clear_error_and_nothing_hangs():
     assert children() <= before
 
 
+def test_under_skip_a_killed_worker_is_replaced_and_its_samples_skipped():
+    before = children()
+    loader = chute.Loader(Dicts(600), batch_size=8, num_workers=2, worker_mode="process",
+                          on_error="skip")
+    it = iter(loader)
+    n = len(next(it)["name"])
+    victim = loader._workers.processes[0].pid
+    os.kill(victim, signal.SIGKILL)
+    for b in it:
+        n += len(b["name"])
+    stats = loader.stats()
+    assert n == 600
+    assert 1 <= stats["skipped"] <= 32, stats["skipped"]
+    assert stats["source"]["restarts"] == 1
+    assert victim not in {p.pid for p in loader._workers.processes}
+    loader.close()
+    assert children() <= before
+
+
 def test_a_worker_over_timeout_is_an_error_and_close_ends_it():
     before = children()
     loader = chute.Loader(Slow(), batch_size=2, num_workers=1, worker_mode="process", timeout=2)
