@@ -172,3 +172,24 @@ def test_a_source_failing_on_one_rank_ends_the_job_with_the_error_named(tmp_path
                     check=False)
     assert proc.returncode != 0
     assert "sample 37 is broken on purpose" in proc.stdout + proc.stderr
+
+
+def test_ranks_with_worker_processes_partition_checkpoint_and_exit_cleanly(tmp_path):
+    """Two ranks, each with two worker processes: the epoch partitioned, a mid-epoch state
+    resumed by new worker processes, and a clean exit (torchrun's own check) with no worker
+    left."""
+    import os
+    import subprocess
+
+    total, out = 101, tmp_path / "out.json"
+    before = set(subprocess.run(["pgrep", "-f", "chute-worker|multiprocessing.spawn"],
+                                capture_output=True, text=True).stdout.split())
+    torchrun("dist_process.py", total, out, nproc=2)
+    ranks = json.loads(out.read_text())
+    ids = [i for r in ranks for i in r["epoch0"]]
+    assert set(ids) == set(range(total)) and len(ids) == 2 * -(-total // 2)
+    for r in ranks:
+        assert r["epoch1"] == r["reference"]
+    after = set(subprocess.run(["pgrep", "-f", "chute-worker|multiprocessing.spawn"],
+                               capture_output=True, text=True).stdout.split())
+    assert after <= before, "worker processes outlived the job"

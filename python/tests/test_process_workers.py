@@ -382,6 +382,21 @@ if sys.argv[1] == "raise":
         assert set(os.listdir("/dev/shm")) <= shm_before
 
 
+def test_a_loader_dropped_without_close_ends_its_workers():
+    import gc
+
+    loader = chute.Loader(Dicts(500), batch_size=8, num_workers=2, worker_mode="process",
+                          on_error="skip")
+    next(iter(loader))
+    pids = [p.pid for p in loader._workers.processes]
+    del loader
+    gc.collect()
+    deadline = time.monotonic() + 15
+    while set(pids) & children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not set(pids) & children(), "the workers of a dropped loader are still running"
+
+
 def test_a_killed_parent_takes_its_workers_with_it():
     code = """
 import sys, time, chute
