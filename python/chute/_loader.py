@@ -220,6 +220,8 @@ class Loader:
                 "whose __getitem__ holds the GIL) or 'auto' (measure, then choose)"
             )
         self._probe: Optional[Dict[str, Any]] = None
+        # A map-style Python dataset, as given (the doctor probes how it scales on threads).
+        self._dataset: Any = None
         if worker_mode == "auto":
             worker_mode = self._choose_mode(source, num_workers, collate_fn)
         self.worker_mode: str = worker_mode
@@ -251,7 +253,7 @@ class Loader:
             # user's function on the worker thread (Hugging Face datasets included).
             _check_collate_fn(collate_fn, transforms, on_error)
             if _is_map_style(source):
-                dataset = source
+                dataset = self._dataset = source
                 source = _chute.map_dataset(
                     source, None if process else worker_init_fn, max(int(num_workers), 0),
                     collate_fn
@@ -294,7 +296,7 @@ class Loader:
                 )
         elif _is_map_style(source):
             # A bad num_workers is reported by the engine, naming the option.
-            dataset = source
+            dataset = self._dataset = source
             source = _chute.map_dataset(
                 source, None if process else worker_init_fn, max(int(num_workers), 0)
             )
@@ -579,7 +581,32 @@ class Loader:
         d["recommended_prefetch_factor"] = max(
             1, -(-int(d["recommended_prefetch"]) // max(int(d["recommended_workers"]), 1))
         )
+        if self._dataset is not None and self.worker_mode == "thread":
+            self._gil_advice(d)
         return d
+
+    def _gil_advice(self, d: "Diagnosis") -> None:
+        """The doctor's ``gil`` rule, for a Python dataset on threads: how its
+        ``__getitem__`` scales on two threads (``worker_probe``), and process mode advised
+        where the GIL holds the threads back."""
+        from ._workers import THREADS_SCALE, probe
+
+        p = self._probe or probe(self._dataset)
+        d["worker_probe"] = p
+        scaling = p.get("thread_scaling")
+        if scaling is None or scaling >= THREADS_SCALE:
+            return
+        msg = (
+            f"__getitem__ reads {scaling:.2f}x as fast on two threads as on one: the GIL "
+            "holds the worker threads back (Python code in __getitem__); "
+            "worker_mode='process' reads it in worker processes, one GIL each "
+            "(worker_mode='auto' measures and chooses)"
+        )
+        d.setdefault("advice", []).append({"rule": "gil", "message": msg})
+        text = str(d.get("text", ""))
+        if "\nadvice:\n" not in text:
+            text = text.rstrip("\n") + "\n\nadvice:\n"
+        d["text"] = text + f"  [gil] {msg}\n"
 
     @property
     def pinned(self) -> bool:
@@ -1143,7 +1170,9 @@ def doctor(
     the workers and prefetch depth that keep a ``step_ms`` training step (or
     ``target_samples_per_s``) fed, the wait it predicts, and advice where a known cause
     applies (rules ``workers``, ``prefetch``, ``no-scaling``, ``consumer``, ``not-indexed``,
-    ``page-cache``, ``remote-read-ahead``, ``streaming-shuffle``, ``reduced-decode``).
+    ``page-cache``, ``remote-read-ahead``, ``streaming-shuffle``, ``reduced-decode``, and for a
+    Python dataset on threads ``gil``: its ``__getitem__`` read on one thread and on two,
+    ``worker_probe``, and process mode advised when two threads are under 1.8x as fast).
     Each measurement runs ``seconds``. ``print(chute.doctor(...))`` shows the report."""
     loader = Loader(source, **loader_args)
     try:

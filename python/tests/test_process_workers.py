@@ -331,6 +331,14 @@ def test_auto_picks_processes_where_threads_do_not_scale():
         assert loader.worker_mode == "thread" and "worker_probe" not in loader.stats()
 
 
+def test_the_doctor_advises_processes_where_the_gil_binds():
+    d = chute.doctor(Spin(), batch_size=8, num_workers=2, seconds=0.3, try_workers=[1, 2])
+    assert "gil" in d.rules and d["worker_probe"]["thread_scaling"] < 1.8
+    assert "[gil]" in str(d) and "worker_mode='process'" in str(d)
+    d = chute.doctor(Sleepy(), batch_size=8, num_workers=2, seconds=0.3, try_workers=[1, 2])
+    assert "gil" not in d.rules and d["worker_probe"]["thread_scaling"] >= 1.8
+
+
 def test_refused_setups_say_what_to_do():
     with pytest.raises(chute.ConfigError, match="does not pickle"):
         chute.Loader(Unpicklable(), num_workers=1, worker_mode="process")
