@@ -666,9 +666,11 @@ class Loader:
         """Stops the worker threads (waiting for transforms in progress), ends the worker
         processes (``worker_mode="process"``) and releases the loader's buffers. Batches
         already delivered stay valid. Also done at exit."""
-        self._inner.release()
+        # The worker processes first: a worker thread waiting on a process that hangs in
+        # __getitem__ is freed by the process's end, so stopping the threads cannot block.
         if self._workers is not None:
             self._workers.close()
+        self._inner.release()
 
     def _choose_mode(self, source: Any, num_workers: Any, collate_fn: Any) -> str:
         """``worker_mode="auto"``: processes for a map-style Python dataset whose
