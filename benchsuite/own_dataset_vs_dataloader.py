@@ -3,6 +3,10 @@ and worker processes with worker_mode="process") vs torch's DataLoader (worker p
 side by side, same dataset object.
 
     python benchsuite/own_dataset_vs_dataloader.py [--images 1500] [--epochs 2] [--workers 2]
+    python benchsuite/own_dataset_vs_dataloader.py --only python --scaling 1,2
+
+`--scaling` runs DataLoader and chute's process mode at each worker count listed (the
+scaling curve) instead of the fixed cases.
 
 Datasets (all in one run): `imagefolder` (__getitem__ reads a JPEG file, decodes it with PIL,
 crops 224 at a random place, flips half the time: the ImageFolder shape), `bytes` (torch's
@@ -179,6 +183,7 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", default="imagefolder,bytes,trivial,python")
+    ap.add_argument("--scaling", default="", help="worker counts, e.g. 1,2")
     a = ap.parse_args()
 
     import torch.utils.data as tud
@@ -202,15 +207,33 @@ def main():
             f"chute.Loader(num_workers={w})": lambda: chute.Loader(ds, batch_size=bs, shuffle=True, num_workers=w),
             f"chute.Loader(num_workers={w}, process)": lambda: chute.Loader(
                 ds, batch_size=bs, shuffle=True, num_workers=w, worker_mode="process"),
+            f"chute.Loader(num_workers={w}, auto)": lambda: chute.Loader(
+                ds, batch_size=bs, shuffle=True, num_workers=w, worker_mode="auto"),
+            "chute.Loader(num_workers=auto, auto)": lambda: chute.Loader(
+                ds, batch_size=bs, shuffle=True, num_workers="auto", worker_mode="auto"),
         }
+        if a.scaling:
+            cases = {}
+            for k in (int(x) for x in a.scaling.split(",")):
+                cases[f"DataLoader(num_workers={k})"] = (
+                    lambda k=k: tud.DataLoader(ds, batch_size=bs, shuffle=True, num_workers=k))
+                cases[f"chute.Loader(num_workers={k}, process)"] = (
+                    lambda k=k: chute.Loader(ds, batch_size=bs, shuffle=True, num_workers=k,
+                                             worker_mode="process"))
         if name == "bytes":
             # torch's loaders run the PIL dataset; chute the bytes one with native ops.
             raw = ImageBytes(root)
             cases[f"chute.Loader(num_workers={w})"] = lambda: chute.Loader(
                 raw, batch_size=bs, shuffle=True, num_workers=w, transforms=NATIVE)
-            del cases[f"chute.Loader(num_workers={w}, process)"]
+            for k in [c for c in cases if c.startswith("chute.Loader(") and c.endswith("auto)")
+                      or c.endswith("process)")]:
+                del cases[k]
         for case, make in cases.items():
-            runs = [run(make, a.epochs) for _ in range(a.repeats)]
+            runs = []
+            for _ in range(a.repeats):
+                for p in Path(root).glob("*/*.jpg"):  # the page cache warmed right before
+                    p.read_bytes()
+                runs.append(run(make, a.epochs))
             med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
             results[f"{name} {case}"] = med
             print(f"{name:12s} {case:37s} {med['per_s']:10.0f}/s  first batch {med['first_s']:.3f} s  "

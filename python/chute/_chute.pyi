@@ -125,16 +125,21 @@ def process_dataset(
     source: Source,
     workers: List[Tuple[int, int, int, int]],
     timeout: float = 0.0,
+    restart: Optional[Callable[[int], Tuple[int, int, int, int]]] = None,
+    grow: Optional[Callable[[int], Tuple[int, int, int, int]]] = None,
+    limit: int = 0,
 ) -> Tuple[Source, WorkerSockets]:
     """``source`` (from ``map_dataset``) read by worker processes, each ``(socket fd, arena
     memfd, index, pid)`` (the fds are taken over): the source, and the handle that closes the
-    workers' sockets."""
+    workers' sockets. ``restart(index)`` starts a process in place of one that died;
+    ``grow(index)`` starts the next one when all are busy and fewer than ``limit`` run."""
 
 def serve_worker(
     sock: int,
     memfd: int,
     dataset: Any,
     collate_fn: Optional[Callable[[List[Any]], Any]] = None,
+    transforms: Optional[List[Any]] = None,
 ) -> None:
     """A worker process's loop: answers the parent's requests on ``sock`` with samples of
     ``dataset`` laid out in the arena ``memfd``, until the parent closes the socket."""
@@ -343,6 +348,7 @@ class Loader:
         timeout: float = 0.0,
         name: Optional[str] = None,
         stats_window: float = 10.0,
+        autotune: Optional[Tuple[int, int]] = None,
     ) -> "Loader": ...
     def __iter__(self) -> Iterator[Dict[str, Any]]: ...
     def __next__(self) -> Dict[str, Any]: ...

@@ -36,6 +36,10 @@ Transform = Union[Callable[..., Optional[Dict[str, Any]]], Mapping[str, Any]]
 
 _OUTPUTS = ("numpy", "dlpack", "torch", "jax")
 
+# Worker processes num_workers="auto" starts with (more start as its tuner needs them): as
+# many as DataLoader users set most often, and each one's memory is paid only when it helps.
+_AUTO_START = 2
+
 # Loaders alive in this process, closed at exit (see _at_exit).
 _live: "weakref.WeakSet[Union[_chute.Loader, _IterableEngine]]" = weakref.WeakSet()
 _warned_pin_memory = False
@@ -86,7 +90,17 @@ class Loader:
       samples shuffled within windows of N shards, for streaming sources).
     - ``seed``: seeds the order and the per-sample RNG of transforms.
     - ``num_workers``: worker *threads* (0 builds batches in the calling thread): chute's
-      workers run native code without the GIL.
+      workers run native code without the GIL. ``"auto"``: the engine tunes the workers and
+      the prefetch depth while the loader runs, to the consumer's pace (as tf.data's
+      AUTOTUNE): a consumer that waits gets more workers, then more prefetch; workers that
+      stay ahead of a consumer that does not wait give one back (its core goes to the
+      training step). Within a budget: the cores this process may use (CPU affinity, a
+      container's quota) and a tenth of the memory (the container's limit), shared among
+      the ranks on the node (``LOCAL_WORLD_SIZE``). Threads start with every worker,
+      processes (``worker_mode="process"``) with two, more started as the tuner runs more.
+      The order is the same as with any fixed count; ``stats()["autotune"]``, the metrics
+      (``chute_workers``, ``chute_queue_capacity_batches``), the progress line and
+      ``loader.num_workers`` say what it chose. An iterable dataset gets one producer thread.
     - ``worker_mode``: ``"thread"`` (the default), ``"process"`` or ``"auto"``. With
       ``"auto"``, a map-style Python dataset gets processes when its ``__getitem__`` does not
       scale on threads (a few samples are read on one thread, then on two at once: two
@@ -103,6 +117,11 @@ class Loader:
       ``timeout`` is a ``RuntimeError`` naming it and its samples. The Python callables at the
       head of ``transforms`` run in the worker processes (with the sample's RNG, as on the
       threads), native ops on this process's worker threads.
+    - ``dataset_factory``: instead of the dataset, a function of no arguments that builds
+      it (a top-level function, or ``functools.partial`` of a class), for a dataset that
+      does not pickle (open connections, handles): this process calls it for its copy (the
+      length, sample 0), and with ``worker_mode="process"`` each worker process calls it
+      instead of getting the dataset pickled.
     - ``prefetch_factor``: batches prefetched per worker, as in DataLoader; chute's ready
       queue then holds ``max(1, prefetch_factor * max(num_workers, 1))`` batches, on top of
       the one each worker is building (``loader.prefetch`` is that depth).
@@ -180,12 +199,12 @@ class Loader:
 
     def __init__(
         self,
-        source: Any,
+        source: Any = None,
         *,
         batch_size: Optional[int] = None,
         shuffle: Union[bool, str] = False,
         seed: Optional[int] = None,
-        num_workers: int = 0,
+        num_workers: Union[int, str] = 0,
         worker_mode: str = "thread",
         prefetch_factor: Optional[int] = 2,
         drop_last: bool = False,
@@ -212,7 +231,36 @@ class Loader:
         stats_window: float = 10.0,
         global_batch_size: Optional[int] = None,
         batch_format: BatchFormat = None,
+        dataset_factory: Optional[Callable[[], Any]] = None,
     ) -> None:
+        if dataset_factory is not None:
+            if source is not None:
+                raise ConfigError(
+                    "invalid dataset_factory: pass the dataset or the function that builds "
+                    "it (dataset_factory=), not both"
+                )
+            if not callable(dataset_factory):
+                raise ConfigError(
+                    f"invalid dataset_factory: {dataset_factory!r} is not callable; pass a "
+                    "function of no arguments that returns the dataset"
+                )
+            # This process's copy (its length, sample 0); each worker process builds its own.
+            source = dataset_factory()
+        elif source is None:
+            raise TypeError("chute.Loader() needs a source: a chute source or a dataset object")
+        # num_workers="auto": every worker this process's share of the cores allows, of
+        # which the engine's tuner runs as many as the consumer needs (see _autotune).
+        self._budget: Optional[Tuple[int, int]] = None
+        if num_workers == "auto":
+            from ._workers import budget
+
+            self._budget = budget()
+            num_workers = self._budget[0]
+        elif isinstance(num_workers, str):
+            raise ConfigError(
+                f"invalid num_workers: {num_workers!r}; pass a count (0 builds batches in the "
+                "calling thread) or 'auto' (tuned while the loader runs)"
+            )
         if worker_mode not in ("thread", "process", "auto"):
             raise ConfigError(
                 f"invalid worker_mode: {worker_mode!r}; use 'thread' (the default: worker "
@@ -261,7 +309,7 @@ class Loader:
                 if process:
                     source = self._start_workers(
                         dataset, source, num_workers, multiprocessing_context, worker_init_fn,
-                        collate_fn, seed, timeout, worker_specs, on_error,
+                        collate_fn, seed, timeout, worker_specs, on_error, dataset_factory,
                     )
             elif not hasattr(source, "__iter__"):
                 raise TypeError(
@@ -303,7 +351,7 @@ class Loader:
             if process:
                 source = self._start_workers(
                     dataset, source, num_workers, multiprocessing_context, worker_init_fn,
-                    None, seed, timeout, worker_specs, on_error,
+                    None, seed, timeout, worker_specs, on_error, dataset_factory,
                 )
         elif hasattr(source, "__iter__"):
             pass  # an iterable dataset: see _iterable.py
@@ -377,7 +425,8 @@ class Loader:
                 output=_converter(output),
                 rebuild=self._rebuild_tree,
                 collate_fn=collate_fn,
-                num_workers=num_workers,
+                # An iterable is one stream, read by one producer thread ("auto" included).
+                num_workers=1 if self._budget is not None else num_workers,
                 worker_init_fn=worker_init_fn if num_workers > 0 else None,
             )
             self.output = output
@@ -395,6 +444,13 @@ class Loader:
             and _has_tensor_leaf(source.structure)
         ):
             engine_output = "torch"
+        autotune = None
+        if self._budget is not None:
+            # The tuner starts with every worker in thread mode (threads cost little, and
+            # the first batch is shared among them), with the processes started in process
+            # mode, and moves within the budget.
+            start = num_workers if not process else min(_AUTO_START, num_workers)
+            autotune = (start, self._budget[1])
         inner = _chute.Loader(
             source,
             batch_size=batch_size,
@@ -402,6 +458,7 @@ class Loader:
             seed=seed,
             num_workers=num_workers,
             prefetch=max(1, prefetch_factor * max(num_workers, 1)),
+            autotune=autotune,
             drop_last=drop_last,
             pin_memory=pin_memory,
             rank=rank,
@@ -624,6 +681,12 @@ class Loader:
 
     @property
     def num_workers(self) -> int:
+        """Workers building batches: with ``num_workers="auto"``, as many as the tuner runs
+        now (``stats()["autotune"]`` has its bounds)."""
+        if self._budget is not None and not self._iterable:
+            tuned = self._inner.stats().get("autotune")
+            if tuned:
+                return int(tuned["workers"])
         return int(self._inner.options["num_workers"])
 
     @property
@@ -708,17 +771,20 @@ class Loader:
         timeout: float,
         transforms: List[Any],
         on_error: str,
+        factory: Any,
     ) -> "_chute.Source":
-        """``worker_mode="process"``: ``num_workers`` worker processes serving ``dataset``;
-        the source that reads through them."""
+        """``worker_mode="process"``: ``num_workers`` worker processes serving ``dataset``
+        (with ``num_workers="auto"``, ``_AUTO_START`` of them at first, more as the tuner
+        runs more workers); the source that reads through them."""
         from ._workers import WorkerPool
 
         if isinstance(num_workers, bool) or not isinstance(num_workers, int):
             raise ConfigError(f"invalid num_workers: {num_workers!r} is not an int")
+        start = num_workers if self._budget is None else min(_AUTO_START, num_workers)
         self._workers = WorkerPool(
-            dataset, source, num_workers, context=context, worker_init_fn=worker_init_fn,
+            dataset, source, start, context=context, worker_init_fn=worker_init_fn,
             collate_fn=collate_fn, seed=seed, timeout=timeout, transforms=transforms,
-            restart=on_error == "skip",
+            restart=on_error == "skip", factory=factory, limit=num_workers,
         )
         source = self._workers.source
         del self._workers.source  # the loader holds it; the pool must not (see _workers.py)

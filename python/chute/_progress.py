@@ -20,6 +20,9 @@ def _figures(stats: Callable[[], Dict[str, Any]]) -> str:
     rate = float(window.get("samples_per_sec", 0.0))
     wait = float(window.get("wait_fraction", 0.0))
     figures = f"{rate:,.0f} samples/s, waited {wait * 100:.0f}%"
+    tuned = s.get("autotune")
+    if tuned:  # num_workers="auto": what the tuner runs now
+        figures += f", {tuned['workers']} workers, prefetch {tuned['prefetch']}"
     if int(s.get("world_size", 1)) > 1:
         figures += f", rank {s['rank']}/{s['world_size']}"
     return figures

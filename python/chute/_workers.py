@@ -1,7 +1,9 @@
-"""Process workers for map-style datasets (``chute.Loader(..., worker_mode="process")``).
+"""Process workers for map-style datasets (``chute.Loader(..., worker_mode="process")``), and
+the budget ``num_workers="auto"`` tunes within.
 
 Each worker is a fresh interpreter (``spawn``, or ``forkserver``: never a fork of this
-process, whose threads a fork would copy mid-flight) that gets the dataset once, pickled, runs
+process, whose threads a fork would copy mid-flight) that gets the dataset once (pickled, or
+built there by ``dataset_factory`` for a dataset that does not pickle), runs
 ``worker_init_fn(worker_id)``, makes its arena (anonymous shared memory, ``memfd_create``) and
 hands it to this process over a socket pair. From then on the engine's worker threads send it
 sample ids and copy the samples' fields out of its arena (``_chute.process_dataset``): no
@@ -23,7 +25,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _chute
 from ._errors import ConfigError
@@ -47,19 +49,30 @@ def _context(context: Any) -> Any:
     return multiprocessing.get_context(name) if isinstance(context, str) else context
 
 
-def _pickled(dataset: Any, transforms: List[Any]) -> bytes:
-    """The dataset and the transforms as each worker process gets them."""
+def _pickled(dataset: Any, transforms: List[Any], factory: Any = None) -> bytes:
+    """The dataset (or the factory that builds it) and the transforms as each worker
+    process gets them."""
+    if factory is not None:
+        try:
+            return pickle.dumps((factory, True, transforms), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:
+            raise ConfigError(
+                f"invalid dataset_factory: each worker process gets it pickled, and "
+                f"{factory!r} does not pickle ({e}); define it at a module's top level (or "
+                "use functools.partial of one), not as a lambda or a nested function"
+            ) from None
     try:
         pickle.dumps(dataset, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:  # what pickle raises varies: TypeError, PicklingError, ...
         raise ConfigError(
             f"invalid worker_mode: 'process' gives each worker process the dataset pickled, "
-            f"and this {type(dataset).__name__} does not pickle ({e}); open files and "
-            "connections in __getitem__ or worker_init_fn rather than __init__, or use "
-            "worker_mode='thread'"
+            f"and this {type(dataset).__name__} does not pickle ({e}); pass "
+            "dataset_factory= (a function that builds it: each worker process calls it), "
+            "open files and connections in __getitem__ or worker_init_fn rather than "
+            "__init__, or use worker_mode='thread'"
         ) from None
     try:
-        return pickle.dumps((dataset, transforms), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps((dataset, False, transforms), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as e:
         raise ConfigError(
             f"invalid transforms: with worker_mode='process' the Python transforms run in the "
@@ -116,8 +129,42 @@ def probe(dataset: Any, budget: float = 0.5) -> Dict[str, Any]:
     }
 
 
+def budget() -> Tuple[int, int]:
+    """What ``num_workers="auto"`` may use in this process: ``(cores, memory bytes)``.
+
+    Cores: those this process may run on (its CPU affinity, and a container's CPU quota from
+    cgroup v2's ``cpu.max``), shared among the ranks on this node (``LOCAL_WORLD_SIZE``, as
+    torchrun sets it). Memory: a tenth of the machine's (or the container's ``memory.max``),
+    shared the same way, for the batches the loader holds ready."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            memory = min(memory, int(limit))
+    except (OSError, ValueError):
+        pass
+    try:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    return max(1, cores // local), max(1 << 26, memory // 10 // local)
+
+
 class WorkerPool:
-    """``num_workers`` worker processes serving ``dataset``; ``source`` reads through them."""
+    """``num_workers`` worker processes serving ``dataset`` (up to ``limit``, started as the
+    loader's tuner needs them); ``source`` reads through them."""
 
     def __init__(
         self,
@@ -132,6 +179,8 @@ class WorkerPool:
         timeout: float = 0,
         transforms: Optional[List[Any]] = None,
         restart: bool = False,
+        factory: Any = None,
+        limit: int = 0,
     ) -> None:
         if num_workers < 1:
             raise ConfigError(
@@ -139,14 +188,16 @@ class WorkerPool:
                 f"needs num_workers >= 1, got {num_workers}"
             )
         ctx = _context(context)
-        payload = _pickled(dataset, list(transforms or []))
+        payload = _pickled(dataset, list(transforms or []), factory)
         self._start = lambda k, child: ctx.Process(
             target=_main,
-            args=(child, k, num_workers, payload, worker_init_fn, collate_fn, seed),
+            args=(child, k, max(limit, num_workers), payload, worker_init_fn, collate_fn, seed),
             name=f"chute-worker-{k}",
             daemon=True,
         )
         self.processes: List[Any] = []
+        self._lock = threading.Lock()
+        self._closed = False
         ends = []
         try:
             for k in range(num_workers):
@@ -169,8 +220,15 @@ class WorkerPool:
                 raise RuntimeError("the worker pool is gone")
             return pool._restart(k)
 
+        def grow(k: int) -> Any:
+            pool = me()
+            if pool is None:
+                raise RuntimeError("the worker pool is gone")
+            return pool._grow(k)
+
         self.source, self._sockets = _chute.process_dataset(
-            source, workers, float(timeout or 0), restart_worker if restart else None
+            source, workers, float(timeout or 0), restart_worker if restart else None,
+            grow if limit > num_workers else None, max(limit, num_workers),
         )
 
     def _launch(self, k: int) -> Any:
@@ -189,6 +247,19 @@ class WorkerPool:
         old.join(0)
         p, end = self._launch(k)
         self.processes[k] = p
+        try:
+            return self._ready(k, end)
+        except BaseException:
+            end.close()
+            raise
+
+    def _grow(self, k: int) -> Any:
+        """Worker ``k``, the next one, started because every one running is busy."""
+        with self._lock:
+            if k != len(self.processes) or self._closed:
+                raise RuntimeError(f"worker process {k} cannot be started now")
+            p, end = self._launch(k)
+            self.processes.append(p)
         try:
             return self._ready(k, end)
         except BaseException:
@@ -220,7 +291,10 @@ class WorkerPool:
         sockets = getattr(self, "_sockets", None)
         if sockets is not None:
             sockets.close()
-        for p in self.processes:
+        with self._lock:
+            self._closed = True
+            processes = list(self.processes)
+        for p in processes:
             if p.is_alive():
                 p.join(2)
             if p.is_alive():
@@ -245,7 +319,9 @@ def _main(
     workers have them, then the serving loop until this process's parent closes the socket."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        dataset, transforms = pickle.loads(payload)
+        dataset, built_here, transforms = pickle.loads(payload)
+        if built_here:
+            dataset = dataset()
         # As DataLoader seeds its workers: base seed + worker id, for random and torch.
         random.seed(seed + index)
         torch = sys.modules.get("torch")

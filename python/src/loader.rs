@@ -86,7 +86,7 @@ impl Loader {
     #[pyo3(signature = (source, *, batch_size=1, shuffle="none", seed=0, num_workers=0,
                         prefetch=2, drop_last=false, pin_memory=false, rank=0, world_size=1,
                         epoch=0, transforms=None, on_error="raise", output=None, pad=false,
-                        timeout=0.0, name=None, stats_window=10.0))]
+                        timeout=0.0, name=None, stats_window=10.0, autotune=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -108,6 +108,7 @@ impl Loader {
         timeout: f64,
         name: Option<String>,
         stats_window: f64,
+        autotune: Option<(i64, i64)>,
     ) -> PyResult<Self> {
         if !(stats_window > 0.0 && stats_window <= 86_400.0) {
             return Err(errors::from_config(chute::ConfigError::new(
@@ -153,6 +154,12 @@ impl Loader {
             .pad(pad)
             .stats_window(Duration::from_secs_f64(stats_window))
             .name(name.unwrap_or_default());
+        if let Some((initial_workers, memory_budget)) = autotune {
+            builder = builder.autotune(chute::Autotune {
+                initial_workers: count("num_workers", initial_workers)? as usize,
+                memory_budget: count("memory_budget", memory_budget)?,
+            });
+        }
         let transforms = transforms.unwrap_or_default();
         let ops = transforms
             .iter()
@@ -385,6 +392,7 @@ impl Loader {
         d.set_item("pin_memory", o.pin_memory)?;
         d.set_item("on_error", o.on_error.to_string())?;
         d.set_item("pad", o.pad)?;
+        d.set_item("autotune", o.autotune.is_some())?;
         Ok(d)
     }
 

@@ -78,6 +78,8 @@ struct Worker {
 struct Pool {
     idle: Vec<Worker>,
     broken: Option<String>,
+    /// Worker processes started so far (they are numbered in that order).
+    started: usize,
 }
 
 /// A map-style dataset read by worker processes (see the module documentation).
@@ -86,7 +88,12 @@ pub(crate) struct ProcessDataset {
     map: Arc<MapDataset>,
     pool: Mutex<Pool>,
     free: Condvar,
-    workers: usize,
+    /// The most worker processes: more than those given at the start are started on demand
+    /// by `grow` (`num_workers="auto"`, whose tuner adds worker threads as the consumer needs).
+    limit: usize,
+    /// Starts worker process `index` when every one started is busy and fewer than `limit`
+    /// are: returns its `(socket fd, memfd, index, pid)`.
+    grow: Option<Py<PyAny>>,
     /// Seconds a worker may take over one request (0: no limit).
     timeout: Option<Duration>,
     /// Requests answered, for the figures.
@@ -104,7 +111,7 @@ pub(crate) struct ProcessDataset {
 impl std::fmt::Debug for ProcessDataset {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessDataset")
-            .field("workers", &self.workers)
+            .field("limit", &self.limit)
             .finish()
     }
 }
@@ -119,6 +126,14 @@ impl ProcessDataset {
             }
             if let Some(w) = pool.idle.pop() {
                 return Ok(w);
+            }
+            if pool.started < self.limit && self.grow.is_some() {
+                let index = pool.started;
+                pool.started += 1;
+                drop(pool);
+                return self
+                    .start(index)
+                    .inspect_err(|why| self.break_pool(why.clone()));
             }
             pool = self.free.wait(pool).unwrap_or_else(|e| e.into_inner());
         }
@@ -179,6 +194,24 @@ impl ProcessDataset {
                 Err(why)
             }
         }
+    }
+
+    /// Worker process `index`, started by the `grow` callback.
+    fn start(&self, index: usize) -> Result<Worker, String> {
+        let grow = self
+            .grow
+            .as_ref()
+            .ok_or("no worker processes can be added")?;
+        if crate::transform::SHUTTING_DOWN.load(Ordering::Relaxed) {
+            return Err("the interpreter is shutting down".into());
+        }
+        let (sock, memfd, index, pid) = Python::attach(|py| {
+            grow.call1(py, (index,))
+                .and_then(|r| r.extract::<(RawFd, RawFd, usize, u32)>(py))
+        })
+        .map_err(|e| format!("chute could not start worker process {index}: {e}"))?;
+        // SAFETY: the callback hands these fds over, as `process_dataset`'s caller does.
+        Ok(unsafe { Worker::adopt(sock, memfd, index, pid) })
     }
 
     /// A new worker process in place of worker `index`, from the `restart` callback
@@ -540,7 +573,8 @@ impl Source for ProcessDataset {
     fn stats(&self) -> Option<serde_json::Value> {
         Some(serde_json::json!({
             "worker_mode": "process",
-            "worker_processes": self.workers,
+            "worker_processes": self.pool.lock().unwrap_or_else(|e| e.into_inner()).started,
+            "max_worker_processes": self.limit,
             "requests": self.served.load(Ordering::Relaxed),
             "restarts": self.restarts.load(Ordering::Relaxed),
         }))
@@ -586,19 +620,22 @@ impl WorkerSockets {
     }
 }
 
-/// `chute._chute.process_dataset(source, workers, timeout=0, restart=None)`: `source` (a
-/// map-style dataset's source, from `map_dataset`) read by worker processes, each `(socket
-/// fd, arena memfd, index, pid)`; the fds are taken over. `restart(index)`, when given, starts
-/// a process in place of one that died and returns the same tuple (the reads it held fail,
-/// and the loader skips them). Returns the new source and the handle that closes the
-/// workers' sockets.
+/// `chute._chute.process_dataset(source, workers, timeout=0, restart=None, grow=None,
+/// limit=0)`: `source` (a map-style dataset's source, from `map_dataset`) read by worker
+/// processes, each `(socket fd, arena memfd, index, pid)`; the fds are taken over.
+/// `restart(index)`, when given, starts a process in place of one that died and returns the
+/// same tuple (the reads it held fail, and the loader skips them). `grow(index)`, when given,
+/// starts process `index` (the next number) when every process started is busy and fewer
+/// than `limit` are. Returns the new source and the handle that closes the workers' sockets.
 #[pyfunction]
-#[pyo3(signature = (source, workers, timeout=0.0, restart=None))]
+#[pyo3(signature = (source, workers, timeout=0.0, restart=None, grow=None, limit=0))]
 pub(crate) fn process_dataset(
     source: &Bound<'_, PySource>,
     workers: Vec<(RawFd, RawFd, usize, u32)>,
     timeout: f64,
     restart: Option<Py<PyAny>>,
+    grow: Option<Py<PyAny>>,
+    limit: usize,
 ) -> PyResult<(PySource, WorkerSockets)> {
     let Some(map) = source.get().dataset.clone() else {
         return Err(PyValueError::new_err(
@@ -618,9 +655,14 @@ pub(crate) fn process_dataset(
     let n = idle.len();
     let inner = Arc::new(ProcessDataset {
         map: Arc::clone(&map),
-        pool: Mutex::new(Pool { idle, broken: None }),
+        pool: Mutex::new(Pool {
+            idle,
+            broken: None,
+            started: n,
+        }),
         free: Condvar::new(),
-        workers: n,
+        limit: limit.max(n),
+        grow,
         timeout: (timeout > 0.0).then(|| Duration::from_secs_f64(timeout)),
         served: AtomicUsize::new(0),
         plan: Mutex::new((0, 0)),

@@ -369,13 +369,19 @@ next(it)
 print(" ".join(str(p.pid) for p in loader._workers.processes), flush=True)
 if sys.argv[1] == "raise":
     raise ValueError("the training step failed")
+if sys.argv[1] == "interrupt":  # Ctrl-C while the loop waits for a batch
+    import os, signal
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in it:
+        pass
 """
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     here = os.path.dirname(os.path.abspath(__file__))
-    for how in ("end", "raise"):
+    for how in ("end", "raise", "interrupt"):
         r = subprocess.run([sys.executable, "-c", code.format(here=here), how],
                            capture_output=True, text=True, timeout=120, env=clean_env())
-        assert r.returncode == (1 if how == "raise" else 0), r.stderr
+        want = {"end": (0,), "raise": (1,), "interrupt": (1, 130, -signal.SIGINT)}[how]
+        assert r.returncode in want, (how, r.returncode, r.stderr)
         pids = [int(p) for p in r.stdout.split()]
         assert len(pids) == 2
         deadline = time.monotonic() + 10
@@ -384,6 +390,8 @@ if sys.argv[1] == "raise":
         assert not any(os.path.exists(f"/proc/{p}") for p in pids), "worker processes left"
         if how == "raise":
             assert r.stderr.count("Traceback") == 1 and "the training step failed" in r.stderr
+        elif how == "interrupt":
+            assert "KeyboardInterrupt" in r.stderr and r.stderr.count("Traceback") == 1, r.stderr
         else:
             assert r.stderr == "", r.stderr
     if os.path.isdir("/dev/shm"):
@@ -428,3 +436,85 @@ for _ in it:
     while any(os.path.exists(f"/proc/{q}") for q in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(os.path.exists(f"/proc/{q}") for q in pids), "workers outlived the parent"
+
+
+def make_unpicklable():
+    """A dataset_factory: each worker process builds its own Unpicklable."""
+    return Unpicklable()
+
+
+def test_a_dataset_that_does_not_pickle_is_built_in_each_worker_by_its_factory():
+    import functools
+
+    with pytest.raises(chute.ConfigError, match="dataset_factory="):
+        chute.Loader(Unpicklable(), num_workers=1, worker_mode="process")
+    kw = dict(batch_size=2, num_workers=2)
+    with chute.Loader(dataset_factory=make_unpicklable, worker_mode="process", **kw) as loader:
+        got = [b.tolist() for b in loader]
+    assert got == [[0, 1], [2, 3]]
+    # A class with its arguments, through functools.partial; thread mode takes it too.
+    factory = functools.partial(Dicts, 21)
+    assert epochs(None, "process", dataset_factory=factory, **kw) == epochs(Dicts(21), "thread",
+                                                                            **kw)
+    assert epochs(None, "thread", dataset_factory=factory, **kw) == epochs(Dicts(21), "thread",
+                                                                           **kw)
+    with pytest.raises(chute.ConfigError, match="does not pickle"):
+        chute.Loader(dataset_factory=lambda: Dicts(4), num_workers=1, worker_mode="process")
+    with pytest.raises(chute.ConfigError, match="not both"):
+        chute.Loader(Dicts(4), dataset_factory=make_unpicklable)
+
+
+def test_num_workers_auto_gives_the_same_batches_and_says_what_it_chose():
+    kw = dict(batch_size=8, shuffle=True, seed=4)
+    want = epochs(Dicts(61), "thread", num_workers=2, **kw)
+    for mode in ("thread", "process"):
+        assert epochs(Dicts(61), mode, num_workers="auto", **kw) == want, mode
+    import chute._workers
+
+    cores = chute._workers.budget()[0]
+    with chute.Loader(Dicts(61), num_workers="auto", progress=False, **kw) as loader:
+        list(loader)
+        tuned = loader.stats()["autotune"]
+        assert tuned["max_workers"] == cores and 1 <= tuned["workers"] <= cores
+        assert loader.num_workers == tuned["workers"]
+        assert tuned["memory_budget"] > 0 and tuned["max_prefetch"] >= 2
+    with pytest.raises(chute.ConfigError, match="'auto'"):
+        chute.Loader(Dicts(4), num_workers="many")
+
+
+class Pace:
+    """About 10 ms of pure Python a sample: with four samples a batch, one process builds
+    25 batches a second."""
+
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitem__(self, i: int):
+        end = time.perf_counter() + 0.01
+        while time.perf_counter() < end:
+            pass
+        return i
+
+
+def test_num_workers_auto_starts_worker_processes_as_the_consumer_needs_them(monkeypatch):
+    import chute._workers
+
+    # A budget of four cores (whatever this machine has): two processes at the start, and
+    # two more once the consumer, which never stops for a step, keeps waiting.
+    monkeypatch.setattr(chute._workers, "budget", lambda: (4, 1 << 30))
+    before = children()
+    loader = chute.Loader(Pace(), batch_size=4, num_workers="auto", worker_mode="process")
+    assert len(loader._workers.processes) == 2
+    expect = 0
+    deadline = time.monotonic() + 20
+    for b in loader:
+        assert b.tolist() == list(range(expect, expect + 4))
+        expect += 4
+        if loader.stats()["source"]["worker_processes"] == 4 or time.monotonic() > deadline:
+            break
+    s = loader.stats()
+    assert s["source"]["worker_processes"] == 4, s
+    assert s["autotune"]["workers"] >= 3 and s["source"]["max_worker_processes"] == 4
+    assert len(loader._workers.processes) == 4
+    loader.close()
+    assert children() <= before

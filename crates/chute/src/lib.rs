@@ -76,4 +76,4 @@ pub use chute_core::{
 };
 pub use chute_dataset::{Dataset, OpenOptions, Opened, open};
 pub use chute_formats::{Format, TokenOptions, TokenSource};
-pub use chute_pipeline::{Loader, LoaderBuilder, LoaderOptions, StatsSnapshot};
+pub use chute_pipeline::{Autotune, Loader, LoaderBuilder, LoaderOptions, StatsSnapshot};

@@ -10,6 +10,8 @@
 //! - [`StatsSnapshot`]: per-stage busy time and items, the consumer's wait, throughput; the
 //!   same over a recent [`Window`] and per epoch, queue depths, a wait histogram.
 //! - [`metrics`]: every live loader's figures for Prometheus, and the HTTP endpoint serving them.
+//! - [`Autotune`]: `num_workers="auto"`, the workers and the prefetch depth following the
+//!   consumer's pace within a budget of cores and memory (see the `autotune` module).
 //! - [`doctor`]: runs a loader's stages alone and together and says which one binds, how many
 //!   workers would keep a given step fed, and what else to change.
 //! - [`StreamDigest`]: a digest of delivered batches (`chute bench --digest`).
@@ -42,6 +44,7 @@
 
 #![warn(missing_docs)]
 
+mod autotune;
 #[cfg(any(test, feature = "testing"))]
 pub mod check;
 mod collate;
@@ -53,6 +56,7 @@ mod pinned;
 mod stats;
 mod workers;
 
+pub use autotune::{Autotune, AutotuneStats};
 pub use collate::collate_samples;
 pub use digest::{StreamDigest, batch_digest};
 pub use loader::{Loader, LoaderBuilder, LoaderOptions, Poll};

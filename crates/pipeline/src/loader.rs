@@ -11,6 +11,7 @@ use chute_core::{
 };
 use chute_core::{Compose, Transform};
 
+use crate::autotune::{Autotune, Tuner};
 use crate::pinned::cuda_host_allocator;
 use crate::stats::{RemoteCounts, Stats, StatsSnapshot, snapshot};
 use crate::workers::{Job, Polled, Run};
@@ -63,6 +64,10 @@ pub struct LoaderOptions {
     /// loader is built ([`metrics::serve`](crate::metrics::serve); an address already served
     /// is served once). Default: none.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Tune the workers and the prefetch depth while the loader runs, to the consumer's
+    /// pace (see [`Autotune`]); `num_workers` and `prefetch` are then the most it may use.
+    /// The delivered stream is the same. Default: none (fixed).
+    pub autotune: Option<Autotune>,
 }
 
 impl Default for LoaderOptions {
@@ -83,6 +88,7 @@ impl Default for LoaderOptions {
             stats_window: Duration::from_secs(10),
             name: String::new(),
             metrics_addr: None,
+            autotune: None,
         }
     }
 }
@@ -189,6 +195,13 @@ impl LoaderBuilder {
         self
     }
 
+    /// Tune the workers and the prefetch depth while the loader runs (see
+    /// [`LoaderOptions::autotune`]).
+    pub fn autotune(mut self, a: Autotune) -> Self {
+        self.options.autotune = Some(a);
+        self
+    }
+
     /// All options at once.
     pub fn options(mut self, o: LoaderOptions) -> Self {
         self.options = o;
@@ -228,6 +241,12 @@ impl LoaderBuilder {
                 ),
             ));
         }
+        if o.autotune.is_some() && o.num_workers == 0 {
+            return Err(ConfigError::new(
+                "num_workers",
+                "autotune needs num_workers >= 1: it is the most workers the tuner may use",
+            ));
+        }
         if o.stats_window.is_zero() {
             return Err(ConfigError::new(
                 "stats_window",
@@ -250,6 +269,8 @@ impl LoaderBuilder {
             (BufferPool::new(POOL_IDLE), None)
         };
         let stats = Arc::new(Stats::new(o.stats_window, RemoteCounts::of(&self.source)));
+        let tuner = o.autotune.map(|a| Tuner::new(a, o.num_workers, o.prefetch));
+        stats.autotuned(tuner.as_ref().map(Tuner::stats));
         let loader = Loader {
             plan_cfg: PlanConfig {
                 seed: o.seed,
@@ -274,6 +295,7 @@ impl LoaderBuilder {
             run: None,
             pending_wait: Duration::ZERO,
             end_pending: false,
+            tuner,
         };
         // Validates rank/world_size/shuffle against the manifest up front.
         loader.plan()?;
@@ -319,6 +341,8 @@ pub struct Loader {
     /// not been returned yet: the next `next()` returns it (unless [`Loader::begin_pass`]
     /// says a new pass over the data begins).
     end_pending: bool,
+    /// With [`LoaderOptions::autotune`]: the workers and prefetch depth it chose so far.
+    tuner: Option<Tuner>,
 }
 
 /// Idle buffers a loader's pool keeps for reuse.
@@ -640,10 +664,15 @@ impl Loader {
             pad: self.options.pad,
             assist: None,
         };
+        let limits = self.tuner.as_mut().map(|t| {
+            t.run_started();
+            (t.workers(), t.prefetch())
+        });
         self.run = Some(Run::start(
             job,
             self.options.num_workers,
             self.options.prefetch,
+            limits,
         ));
         Ok(())
     }
@@ -721,9 +750,16 @@ impl Loader {
         self.stats.waited(waited);
         let wait = std::mem::take(&mut self.pending_wait) + waited;
         match &result {
-            Ok(batch) => self
-                .stats
-                .delivered(batch.len() as u64, batch.nbytes() as u64, wait),
+            Ok(batch) => {
+                self.stats
+                    .delivered(batch.len() as u64, batch.nbytes() as u64, wait);
+                if let Some(t) = &mut self.tuner
+                    && t.observe(wait, self.stats.ready(), batch.nbytes() as u64)
+                {
+                    run.set_limits(t.workers(), t.prefetch());
+                    self.stats.autotuned(Some(t.stats()));
+                }
+            }
             Err(_) => self.stats.failed(wait),
         }
         if last {

@@ -250,13 +250,13 @@ pub fn render_snapshots(loaders: &[(Labels, StatsSnapshot)]) -> String {
         (
             "chute_queue_capacity_batches",
             "gauge",
-            "Slots of the ready queue (workers + prefetch).",
+            "Batches the workers may build ahead of the consumer (workers + prefetch; the autotuner's choice with num_workers=auto).",
             |s| s.queue.capacity as f64,
         ),
         (
             "chute_workers",
             "gauge",
-            "Worker threads of the current epoch's run.",
+            "Workers building batches in the current epoch's run (the autotuner's choice with num_workers=auto).",
             |s| s.queue.workers as f64,
         ),
         ("chute_epoch", "gauge", "The epoch being read.", |s| {

@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 use chute_core::iostats::{IoSnapshot, io_stats};
 use chute_core::{Error, Source};
+
+use crate::autotune::AutotuneStats;
 use serde::Serialize;
 
 /// Live counters, shared by the workers and the consumer. Workers add per batch, not per
@@ -46,6 +48,8 @@ pub(crate) struct Stats {
     workers: AtomicU64,
     /// Batches whose wait fell at or under each of [`WAIT_BUCKETS`], and over the last.
     wait_buckets: [AtomicU64; WAIT_BUCKETS.len() + 1],
+    /// The values the autotuner chose (`num_workers="auto"`).
+    autotune: Mutex<Option<AutotuneStats>>,
     /// Where the loader's remote I/O figures come from.
     io: RemoteCounts,
     window: Duration,
@@ -175,6 +179,7 @@ impl Stats {
             capacity: AtomicU64::new(0),
             workers: AtomicU64::new(0),
             wait_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            autotune: Mutex::new(None),
             io,
             window: window.max(Duration::from_millis(1)),
             history: Mutex::new(History {
@@ -258,6 +263,16 @@ impl Stats {
         let _ = self
             .ready
             .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// Finished batches waiting for the consumer, now.
+    pub(crate) fn ready(&self) -> u64 {
+        self.ready.load(Relaxed)
+    }
+
+    /// The autotuner chose these values.
+    pub(crate) fn autotuned(&self, a: Option<AutotuneStats>) {
+        *self.autotune.lock().unwrap_or_else(|e| e.into_inner()) = a;
     }
 
     /// A run started (`workers` threads, `capacity` slots) or, with zeros, ended.
@@ -462,6 +477,7 @@ impl Stats {
                 workers: self.workers.load(Relaxed),
             },
             wait_histogram,
+            autotune: *self.autotune.lock().unwrap_or_else(|e| e.into_inner()),
             source: None,
             source_metrics: Vec::new(),
         }
@@ -561,6 +577,9 @@ pub struct StatsSnapshot {
     pub queue: QueueStats,
     /// How long the consumer waited for each batch.
     pub wait_histogram: WaitHistogram,
+    /// With `num_workers="auto"` ([`LoaderOptions::autotune`](crate::LoaderOptions)): the
+    /// workers and prefetch depth the tuner chose, its bounds and how often it changed them.
+    pub autotune: Option<AutotuneStats>,
     /// The source's own figures ([`chute_core::Source::stats`]: samples per part of a source
     /// made of several, against its target), when it has any.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -616,9 +635,10 @@ pub struct QueueStats {
     pub ready: u64,
     /// Batches being built by workers.
     pub in_flight: u64,
-    /// The ring's slots (`num_workers + prefetch`) of the current run; 0 between runs.
+    /// Batches the workers may build ahead of the consumer (`num_workers + prefetch`, or the
+    /// autotuner's workers + prefetch) in the current run; 0 between runs.
     pub capacity: u64,
-    /// Worker threads of the current run.
+    /// Workers building batches in the current run (all of them, or the autotuner's choice).
     pub workers: u64,
 }
 

@@ -410,6 +410,11 @@ struct Ring {
     next_claim: u64,
     next_deliver: u64,
     slots: Vec<Option<Result<Batch, Error>>>,
+    /// Workers allowed to claim batches (those numbered under it; all without autotune).
+    active: usize,
+    /// How far ahead of the consumer batches may be claimed: active workers + prefetch (the
+    /// slots without autotune).
+    ahead: u64,
 }
 
 struct Shared {
@@ -443,8 +448,22 @@ pub(crate) struct Run {
 
 impl Run {
     /// Starts `workers` threads with `workers + prefetch` slots (no threads for zero workers).
-    pub(crate) fn start(mut job: Job, workers: usize, prefetch: usize) -> Run {
+    /// With `limits` (the autotuner's `(workers, prefetch)`), only that many workers build
+    /// batches, at most that far ahead, until [`Run::set_limits`] changes them.
+    pub(crate) fn start(
+        mut job: Job,
+        workers: usize,
+        prefetch: usize,
+        limits: Option<(usize, usize)>,
+    ) -> Run {
         let cap = (workers + prefetch).max(1);
+        let (active, ahead) = match limits {
+            Some((w, p)) => (
+                w.clamp(1, workers.max(1)),
+                ((w + p) as u64).clamp(1, cap as u64),
+            ),
+            None => (workers, cap as u64),
+        };
         if workers >= 2 && job.num_batches() > 0 {
             let (lo, hi) = job.batch_range(0);
             let mut ids = Vec::with_capacity((hi - lo) as usize);
@@ -457,21 +476,23 @@ impl Run {
                 next_claim: 0,
                 next_deliver: 0,
                 slots: (0..cap).map(|_| None).collect(),
+                active,
+                ahead,
             }),
             room: Condvar::new(),
             ready: Condvar::new(),
         });
-        shared
-            .job
-            .stats
-            .run(workers, if workers == 0 { 0 } else { cap });
+        shared.job.stats.run(
+            active.min(workers),
+            if workers == 0 { 0 } else { ahead as usize },
+        );
         let threads = (0..workers)
             .map(|k| {
                 let shared = Arc::clone(&shared);
                 #[allow(clippy::disallowed_methods)] // this module is the one that spawns
                 std::thread::Builder::new()
                     .name(format!("chute-worker-{k}"))
-                    .spawn(move || worker(&shared))
+                    .spawn(move || worker(&shared, k))
                     .expect("the OS refused to start a worker thread")
             })
             .collect();
@@ -480,6 +501,20 @@ impl Run {
             threads,
             workers,
         }
+    }
+
+    /// The autotuner's new limits: `workers` workers build batches, at most `prefetch`
+    /// batches ahead of their own. Which worker builds a batch never changes the stream.
+    pub(crate) fn set_limits(&self, workers: usize, prefetch: usize) {
+        if self.workers == 0 {
+            return;
+        }
+        let mut ring = self.shared.lock();
+        ring.active = workers.clamp(1, self.workers);
+        ring.ahead = ((ring.active + prefetch) as u64).clamp(1, ring.slots.len() as u64);
+        self.shared.job.stats.run(ring.active, ring.ahead as usize);
+        drop(ring);
+        self.shared.room.notify_all();
     }
 
     /// The job this run executes.
@@ -570,7 +605,9 @@ fn build_guarded(job: &Job, b: u64) -> Result<Batch, Error> {
     })
 }
 
-fn worker(shared: &Shared) {
+/// Worker `k`: claims the next batch while it is among the active workers and the ring has
+/// room ahead of the consumer, builds it, files it.
+fn worker(shared: &Shared, k: usize) {
     let job = &shared.job;
     let total = job.num_batches();
     let cap = shared.cap();
@@ -581,7 +618,7 @@ fn worker(shared: &Shared) {
                 if job.cancel.load(Ordering::Relaxed) || ring.next_claim >= total {
                     return;
                 }
-                if ring.next_claim < ring.next_deliver + cap {
+                if k < ring.active && ring.next_claim < ring.next_deliver + ring.ahead {
                     break;
                 }
                 ring = shared.room.wait(ring).unwrap_or_else(|e| e.into_inner());

@@ -3,8 +3,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use chute_core::{BoxError, Column, Error, Sample, SampleRng, Shuffle};
-use chute_pipeline::Loader;
 use chute_pipeline::check::{check_matrix, run_to_end};
+use chute_pipeline::{Autotune, Loader};
 
 use crate::support::{Synthetic, noise};
 
@@ -35,6 +35,57 @@ fn stream_is_identical_for_every_worker_count_and_prefetch_depth() {
                 .unwrap_or_else(|e| panic!("{shuffle} drop_last={drop_last}: {e}"));
         }
     }
+}
+
+#[test]
+fn an_autotuned_stream_is_the_fixed_one() {
+    for shuffle in [Shuffle::None, Shuffle::Global] {
+        let make = |w: usize, p: usize, tune: Option<usize>| {
+            let b = Loader::builder(Synthetic::new(&[37, 0, 50, 13]))
+                .batch_size(8)
+                .shuffle(shuffle)
+                .seed(11)
+                .num_workers(w)
+                .prefetch(p)
+                .transform(noise);
+            match tune {
+                Some(initial) => b.autotune(Autotune {
+                    initial_workers: initial,
+                    memory_budget: 1 << 30,
+                }),
+                None => b,
+            }
+            .build()
+            .unwrap()
+        };
+        let digest = |mut l: Loader| {
+            let mut out = Vec::new();
+            for epoch in 0..3 {
+                for b in &mut l {
+                    out.push(chute_pipeline::batch_digest(&b.unwrap()));
+                }
+                assert_eq!(l.epoch(), epoch + 1);
+            }
+            out
+        };
+        let fixed = digest(make(2, 2, None));
+        for (w, p, initial) in [(4, 8, 1), (4, 8, 4), (1, 1, 1), (3, 2, 2)] {
+            let l = make(w, p, Some(initial));
+            let a = l.stats().autotune.expect("autotune stats");
+            assert_eq!((a.max_workers, a.max_prefetch), (w as u64, p as u64));
+            assert_eq!(a.workers, initial.min(w) as u64);
+            assert_eq!(digest(l), fixed, "{shuffle} workers<={w} prefetch<={p}");
+        }
+    }
+    // Autotuning needs workers to tune.
+    let e = Loader::builder(Synthetic::new(&[8]))
+        .autotune(Autotune {
+            initial_workers: 1,
+            memory_budget: 1 << 30,
+        })
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("num_workers"), "{e}");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use chute_core::{BoxError, Error, Manifest, Sample, SampleRng, Source};
 use chute_pipeline::doctor::{DoctorOptions, diagnose};
-use chute_pipeline::{Loader, metrics};
+use chute_pipeline::{Autotune, Loader, batch_digest, metrics};
 
 use crate::support::Synthetic;
 
@@ -114,6 +114,89 @@ fn queue_depths_show_a_full_queue_behind_a_slow_consumer() {
     }
     let q = loader.stats().queue;
     assert_eq!((q.ready, q.in_flight, q.capacity), (0, 0, 0));
+}
+
+/// A loader over reads of `read_ms` each, tuned from `initial` workers up to 4.
+fn tuned(read_ms: u64, initial: usize) -> Loader {
+    let source = Slow {
+        inner: Synthetic::new(&[100_000]),
+        read: Duration::from_millis(read_ms),
+    };
+    Loader::builder(source)
+        .batch_size(4)
+        .num_workers(4)
+        .prefetch(4)
+        .autotune(Autotune {
+            initial_workers: initial,
+            memory_budget: 1 << 30,
+        })
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn autotune_adds_workers_for_a_consumer_that_waits() {
+    // One worker builds a batch in 20 ms; the consumer takes them as fast as they come, so
+    // it waits all the time: the tuner adds workers, then prefetch, and says so.
+    let mut loader = tuned(5, 1);
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) {
+        seen.push(batch_digest(&loader.next().unwrap().unwrap()));
+        if loader.stats().autotune.unwrap().workers == 4 {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        first_batches(seen.len()),
+        "the stream is the fixed loader's"
+    );
+    let s = loader.stats();
+    let a = s.autotune.unwrap();
+    assert_eq!(a.workers, 4, "{a:?}");
+    assert!(a.changes >= 3, "{a:?}");
+    assert_eq!(
+        s.queue.workers, 4,
+        "the queue's figures are the tuner's: {:?}",
+        s.queue
+    );
+    let text = metrics::render();
+    assert!(text.contains("chute_workers{"), "{text}");
+}
+
+#[test]
+fn autotune_gives_workers_back_to_a_consumer_that_never_waits() {
+    // Four workers build a batch each in 4 ms; the consumer takes one every 15 ms, with
+    // batches always ready: workers are given back, down to the one it needs.
+    let mut loader = tuned(1, 4);
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(8) {
+        seen.push(batch_digest(&loader.next().unwrap().unwrap()));
+        std::thread::sleep(Duration::from_millis(15));
+        if loader.stats().autotune.unwrap().workers == 1 {
+            break;
+        }
+    }
+    let a = loader.stats().autotune.unwrap();
+    assert!(a.workers < 4, "{a:?}");
+    assert_eq!(loader.stats().queue.workers, a.workers);
+    assert_eq!(
+        seen,
+        first_batches(seen.len()),
+        "the stream is the fixed loader's"
+    );
+}
+
+/// The first `n` batches' digests of the tuned loaders' stream, read with fixed workers.
+fn first_batches(n: usize) -> Vec<String> {
+    let loader = Loader::builder(Synthetic::new(&[100_000]))
+        .batch_size(4)
+        .num_workers(2)
+        .build()
+        .unwrap();
+    loader.take(n).map(|b| batch_digest(&b.unwrap())).collect()
 }
 
 /// Checks the text exposition format line by line: comments, then `name{labels} value`.
