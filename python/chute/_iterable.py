@@ -14,13 +14,22 @@ split by shards) cannot apply. What this engine keeps instead:
   skipped batches are not collated).
 - **Work:** one producer thread iterates the dataset (an iterator is one stream), collates
   batches natively (or with ``collate_fn``) and keeps ``prefetch`` batches ready.
-  ``dataset.set_epoch(epoch)`` is called at each epoch's start when it exists.
+  ``dataset.set_epoch(epoch)`` is called at each epoch's start when it exists. With
+  ``worker_mode="process"`` the producer's work (the dataset's ``__iter__``, the rank split,
+  the shuffle buffer, collation) runs in one worker process instead (the stream is one),
+  started for each pass as DataLoader starts its workers, so Python that holds the GIL there
+  leaves this process's GIL to the training step; each batch comes back pickled once (with
+  the dataset's ``state_dict()`` when it has one), and the same batches as with the thread.
 """
 
 from __future__ import annotations
 
+import pickle
 import queue
+import random
+import sys
 import threading
+import traceback
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy
@@ -56,6 +65,17 @@ class _Stop(Exception):
     pass
 
 
+class _Raw:
+    """A batch collated in a worker process, before ``output`` and the structure apply."""
+
+    def __init__(self, columns: Dict[str, Any], structure: Any) -> None:
+        self.columns, self.structure = columns, structure
+
+
+def _raw(columns: Dict[str, Any], structure: Any) -> _Raw:
+    return _Raw(columns, structure)
+
+
 class IterableEngine:
     """What ``chute.Loader`` drives for an iterable dataset; the interface of
     ``chute._chute.Loader`` (iteration per epoch, state, stats, options)."""
@@ -78,6 +98,7 @@ class IterableEngine:
         collate_fn: Optional[Callable[[List[Any]], Any]],
         num_workers: int,
         worker_init_fn: Optional[Callable[[int], Any]] = None,
+        process: Optional[Dict[str, Any]] = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"invalid batch_size: {batch_size!r}; use at least 1")
@@ -102,6 +123,13 @@ class IterableEngine:
         self.rebuild = rebuild
         self.collate_fn = collate_fn
         self.worker_init_fn = worker_init_fn
+        # worker_mode="process": the multiprocessing context, the dataset_factory, and what
+        # the worker process gets (the dataset or its factory, and this engine's options).
+        self._process = process
+        self._payload: Optional[bytes] = None
+        if process is not None:
+            self._payload = _payload(dataset, process.get("factory"), self.options,
+                                     collate_fn, worker_init_fn)
         self._epoch = 0
         self.closed = False
         self.pinned = False
@@ -190,8 +218,9 @@ class IterableEngine:
         start = (self._delivered, self._stream_index, self._dataset_state)
         if resume is not None:
             start = (resume["batches"], resume["stream_index"], resume["dataset"])
+        produce = self._produce if self._process is None else self._produce_in_process
         thread = threading.Thread(
-            target=self._produce, args=(ready, stop, self._epoch, *start), daemon=True,
+            target=produce, args=(ready, stop, self._epoch, *start), daemon=True,
             name="chute-iterable",
         )
         self._stop, self._thread = stop, thread
@@ -252,34 +281,8 @@ class IterableEngine:
             raise _Stop
 
         try:
-            ds = self.dataset
-            if self.worker_init_fn is not None:
-                self.worker_init_fn(0)  # the one producer thread is worker 0
-            if callable(getattr(ds, "set_epoch", None)):
-                ds.set_epoch(epoch)
-            resumed = self._stateful and dataset_state is not None
-            if resumed:
-                ds.load_state_dict(dataset_state)
-            else:
-                stream_index = 0  # replay from the start, skipping delivered batches
-            samples = self._mine(iter(ds), stream_index)
-            if self.buffer:
-                samples = self._shuffled(samples, epoch)
-            b, batch, index = 0, [], stream_index
-            bs = self.options["batch_size"]
-            for index, sample in samples:
-                batch.append(sample)
-                if len(batch) < bs:
-                    continue
-                b += 1
-                if resumed or b > skip:
-                    state = ds.state_dict() if self._stateful else None
-                    put(("batch", self._collate(batch), bs, index + 1, state))
-                batch = []
-            if batch and not self.options["drop_last"] and (resumed or b + 1 > skip):
-                state = ds.state_dict() if self._stateful else None
-                put(("batch", self._collate(batch), len(batch), index + 1, state))
-            put(("end",))
+            for item in self._items(epoch, skip, stream_index, dataset_state):
+                put(item)
         except _Stop:
             pass
         except BaseException as e:  # raised by next() as itself
@@ -287,6 +290,115 @@ class IterableEngine:
                 put(("error", e))
             except _Stop:
                 pass
+
+    def _items(
+        self, epoch: int, skip: int, stream_index: int, dataset_state: Any
+    ) -> Iterator[Tuple[Any, ...]]:
+        """The pass's batches from the position given, as ``("batch", batch, rows, stream
+        index after it, the dataset's state after it)``, then ``("end",)``."""
+        ds = self.dataset
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(0)  # the one producer is worker 0
+        if callable(getattr(ds, "set_epoch", None)):
+            ds.set_epoch(epoch)
+        resumed = self._stateful and dataset_state is not None
+        if resumed:
+            ds.load_state_dict(dataset_state)
+        else:
+            stream_index = 0  # replay from the start, skipping delivered batches
+        samples = self._mine(iter(ds), stream_index)
+        if self.buffer:
+            samples = self._shuffled(samples, epoch)
+        b, batch, index = 0, [], stream_index
+        bs = self.options["batch_size"]
+        for index, sample in samples:
+            batch.append(sample)
+            if len(batch) < bs:
+                continue
+            b += 1
+            if resumed or b > skip:
+                state = ds.state_dict() if self._stateful else None
+                yield ("batch", self._collate(batch), bs, index + 1, state)
+            batch = []
+        if batch and not self.options["drop_last"] and (resumed or b + 1 > skip):
+            state = ds.state_dict() if self._stateful else None
+            yield ("batch", self._collate(batch), len(batch), index + 1, state)
+        yield ("end",)
+
+    def _produce_in_process(
+        self,
+        ready: "queue.Queue[Tuple[Any, ...]]",
+        stop: threading.Event,
+        epoch: int,
+        skip: int,
+        stream_index: int,
+        dataset_state: Any,
+    ) -> None:
+        """``_produce`` with the work in a worker process: this thread starts it, receives
+        its batches and puts them in ``ready``; the process ends with the pass, when the
+        consumer stops early (its pipe closes) or when this process ends."""
+        assert self._process is not None
+        ctx = self._process["context"]
+        reader, writer = ctx.Pipe(duplex=False)
+        p = ctx.Process(
+            target=_worker_main,
+            args=(writer, self._payload, self.options["seed"], epoch, skip, stream_index,
+                  dataset_state),
+            name="chute-iterable-worker", daemon=True,
+        )
+
+        def put(item: Tuple[Any, ...]) -> None:
+            while not stop.is_set():
+                try:
+                    ready.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    pass
+            raise _Stop
+
+        try:
+            p.start()
+            writer.close()
+            while not stop.is_set():
+                if not reader.poll(0.1):
+                    continue
+                try:
+                    item = reader.recv()
+                except EOFError:
+                    p.join(1)
+                    raise RuntimeError(
+                        f"chute's iterable worker process (pid {p.pid}) ended without "
+                        f"finishing the pass (exit code {p.exitcode}; a negative code is the "
+                        "signal that killed it: -9 is SIGKILL, as the out-of-memory killer "
+                        "sends); with worker_mode='thread' the dataset is read in this process"
+                    ) from None
+                if item[0] == "batch" and isinstance(item[1], _Raw):
+                    item = ("batch", self._finish(item[1]), *item[2:])
+                put(item)
+                if item[0] in ("end", "error"):
+                    break
+        except _Stop:
+            pass
+        except BaseException as e:
+            try:
+                put(("error", e))
+            except _Stop:
+                pass
+        finally:
+            reader.close()  # a worker still sending ends at its next batch
+            p.join(2)
+            if p.is_alive():
+                p.terminate()
+                p.join(2)
+
+    def _finish(self, raw: _Raw) -> Any:
+        """A batch collated in the worker process, handed through ``output`` and rebuilt."""
+        out = self.output
+        columns = {
+            k: out(v) if out is not None and isinstance(v, numpy.ndarray) else v
+            for k, v in raw.columns.items()
+        }
+        return self.rebuild(columns, raw.structure)
 
     def _mine(self, it: Iterator[Any], start: int) -> Iterator[Tuple[int, Any]]:
         """This rank's samples of the stream from stream index ``start``, with the index of
@@ -378,3 +490,73 @@ class IterableEngine:
     def release(self) -> None:
         self._halt(timeout=10.0)
         self.closed = True
+
+
+def _payload(
+    dataset: Any,
+    factory: Any,
+    options: Dict[str, Any],
+    collate_fn: Any,
+    worker_init_fn: Any,
+) -> bytes:
+    """What the worker process of an iterable gets: the dataset (or its factory) and the
+    engine's options."""
+    what = (factory, True) if factory is not None else (dataset, False)
+    try:
+        return pickle.dumps((*what, options, collate_fn, worker_init_fn),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # what pickle raises varies
+        raise ConfigError(
+            "invalid worker_mode: 'process' gives the worker process the dataset (or "
+            f"dataset_factory), collate_fn and worker_init_fn pickled, and one does not pickle "
+            f"({e}); pass dataset_factory= (a top-level function that builds the dataset), "
+            "or use worker_mode='thread'"
+        ) from None
+
+
+def _worker_main(
+    conn: Any,
+    payload: bytes,
+    seed: int,
+    epoch: int,
+    skip: int,
+    stream_index: int,
+    dataset_state: Any,
+) -> None:
+    """An iterable's worker process: one pass of the stream, each batch sent to the parent."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    try:
+        dataset, built_here, o, collate_fn, worker_init_fn = pickle.loads(payload)
+        if built_here:
+            dataset = dataset()
+        random.seed(seed)  # as DataLoader seeds worker 0
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.manual_seed(seed)
+        engine = IterableEngine(
+            dataset, batch_size=o["batch_size"], shuffle=o["shuffle"], seed=o["seed"],
+            rank=o["rank"], world_size=o["world_size"], drop_last=o["drop_last"], pad=o["pad"],
+            prefetch=1, timeout=0, output=numpy.asarray, rebuild=_raw, collate_fn=collate_fn,
+            num_workers=1, worker_init_fn=worker_init_fn,
+        )
+        for item in engine._items(epoch, skip, stream_index, dataset_state):
+            conn.send(item)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the parent stopped reading: the pass was abandoned
+    except BaseException as e:
+        note = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        try:
+            if hasattr(e, "add_note"):  # Python 3.11+
+                e.add_note(f"raised in chute's iterable worker process:\n{note}")
+            conn.send(("error", e))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception:  # an exception that does not pickle: its text instead
+            try:
+                conn.send(("error", RuntimeError(note)))
+            except Exception:
+                pass
+    finally:
+        conn.close()

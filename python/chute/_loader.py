@@ -100,7 +100,7 @@ class Loader:
       processes (``worker_mode="process"``) with two, more started as the tuner runs more.
       The order is the same as with any fixed count; ``stats()["autotune"]``, the metrics
       (``chute_workers``, ``chute_queue_capacity_batches``), the progress line and
-      ``loader.num_workers`` say what it chose. An iterable dataset gets one producer thread.
+      ``loader.num_workers`` say what it chose. An iterable dataset gets one producer.
     - ``worker_mode``: ``"thread"`` (the default), ``"process"`` or ``"auto"``. With
       ``"auto"``, a map-style Python dataset gets processes when its ``__getitem__`` does not
       scale on threads (a few samples are read on one thread, then on two at once: two
@@ -116,7 +116,10 @@ class Loader:
       thread mode: the same batches. A worker that dies (killed, out of memory) or outlasts
       ``timeout`` is a ``RuntimeError`` naming it and its samples. The Python callables at the
       head of ``transforms`` run in the worker processes (with the sample's RNG, as on the
-      threads), native ops on this process's worker threads.
+      threads), native ops on this process's worker threads. An iterable dataset's stream
+      is one: with ``"process"`` its ``__iter__``, the rank split, the shuffle buffer and the
+      collation run in one worker process (started for each pass), and each batch comes back
+      pickled once: the same batches as with threads, the GIL here left to the training step.
     - ``dataset_factory``: instead of the dataset, a function of no arguments that builds
       it (a top-level function, or ``functools.partial`` of a class), for a dataset that
       does not pickle (open connections, handles): this process calls it for its copy (the
@@ -362,13 +365,25 @@ class Loader:
                 f"{type(source).__name__}"
             )
         iterable = not isinstance(source, _chute.Source)
-        if process and self._workers is None:
+        if process and self._workers is None and not iterable:
             raise ConfigError(
-                "invalid worker_mode: 'process' runs a map-style Python dataset's __getitem__ "
-                "(and collate_fn) in worker processes; chute's own sources, Hugging Face "
-                "datasets read from Arrow and iterable datasets are read by worker threads "
+                "invalid worker_mode: 'process' runs a Python dataset's __getitem__ or "
+                "__iter__ (and collate_fn) in worker processes; chute's own sources and "
+                "Hugging Face datasets read from Arrow are read natively by worker threads "
                 "(worker_mode='thread')"
             )
+        iterable_process = None
+        if process and iterable:
+            from ._workers import _context
+
+            if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
+                    or num_workers < 1:
+                raise ConfigError(
+                    "invalid num_workers: worker_mode='process' reads the iterable dataset in "
+                    f"a worker process, so it needs num_workers >= 1, got {num_workers!r}"
+                )
+            iterable_process = {"context": _context(multiprocessing_context),
+                                "factory": dataset_factory}
         if iterable and transforms:
             raise ConfigError(
                 "invalid transforms: an iterable dataset's samples are collated outside "
@@ -428,6 +443,7 @@ class Loader:
                 # An iterable is one stream, read by one producer thread ("auto" included).
                 num_workers=1 if self._budget is not None else num_workers,
                 worker_init_fn=worker_init_fn if num_workers > 0 else None,
+                process=iterable_process,
             )
             self.output = output
             _live.add(self._inner)

@@ -424,7 +424,7 @@ impl Worker {
             ),
             _ => format!(
                 "{} while reading {what}",
-                ended(self.pid).unwrap_or_else(|| format!("stopped answering ({e})"))
+                ended_soon(self.pid).unwrap_or_else(|| format!("stopped answering ({e})"))
             ),
         };
         format!(
@@ -434,6 +434,21 @@ impl Worker {
             self.index, self.pid
         )
     }
+}
+
+/// How process `pid` ended, waiting up to a second for it to finish dying: its socket
+/// closes a moment before the kernel has made it a zombie.
+fn ended_soon(pid: u32) -> Option<String> {
+    for _ in 0..100 {
+        if let Some(how) = ended(pid) {
+            return Some(how);
+        }
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return None; // reaped already: how it ended is no longer known
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
 }
 
 /// How process `pid` ended, from `/proc` (without reaping it: multiprocessing does that).

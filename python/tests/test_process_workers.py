@@ -161,7 +161,7 @@ def plain(v):
 
 
 def children() -> set:
-    """The pids of this process's live (not zombie) children."""
+    """The pids of this process's live (not zombie) children, but multiprocessing's own."""
     me = str(os.getpid())
     out = set()
     for pid in os.listdir("/proc"):
@@ -172,9 +172,20 @@ def children() -> set:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[1] == me and fields[0] != "Z":
+        if fields[1] == me and fields[0] != "Z" and not infrastructure(pid):
             out.add(int(pid))
     return out
+
+
+def infrastructure(pid: str) -> bool:
+    """multiprocessing's own helpers (its resource tracker, the forkserver), which live as
+    long as this process whatever the loaders do."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+    except OSError:
+        return False
+    return b"resource_tracker" in cmd or b"forkserver" in cmd
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -517,4 +528,112 @@ def test_num_workers_auto_starts_worker_processes_as_the_consumer_needs_them(mon
     assert s["autotune"]["workers"] >= 3 and s["source"]["max_worker_processes"] == 4
     assert len(loader._workers.processes) == 4
     loader.close()
+    assert children() <= before
+
+
+class Stream:
+    """An iterable dataset (``__iter__`` only, plus ``__len__``) whose samples say which
+    process read them; it raises at ``fail_at``, and sleeps per sample when ``slow``."""
+
+    def __init__(self, n: int, fail_at: int = -1, slow: float = 0.0) -> None:
+        self.n, self.fail_at, self.slow = n, fail_at, slow
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            if i == self.fail_at:
+                raise KeyError(f"record {i} is missing")
+            if self.slow:
+                time.sleep(self.slow)
+            yield {"x": np.full(3, busy(i), dtype=np.int64) + i, "name": f"r{i}",
+                   "pid": os.getpid()}
+
+
+class Resumable(Stream):
+    """A stream that keeps its own position (``state_dict``/``load_state_dict``)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.start = 0
+
+    def state_dict(self):
+        return {"next": self.pos}
+
+    def load_state_dict(self, state):
+        self.start = state["next"]
+
+    def __iter__(self):
+        for i in range(self.start, self.n):
+            self.pos = i + 1
+            yield {"x": np.full(3, i, dtype=np.int64), "name": f"r{i}", "pid": os.getpid()}
+        self.start = 0
+
+
+def collate_names(samples):
+    return {"n": len(samples), "first": samples[0]["name"], "pid": os.getpid()}
+
+
+def without_pids(batches):
+    pids = set()
+    for b in batches:
+        pids |= set(b.pop("pid")[2])
+    return batches, pids
+
+
+def test_an_iterable_dataset_is_read_in_one_worker_process_with_the_same_batches():
+    for kw in (dict(batch_size=5), dict(batch_size=4, shuffle=True, seed=3, drop_last=True),
+               dict(batch_size=3, rank=1, world_size=2)):
+        got, pids = without_pids(epochs(Stream(41), "process", num_workers=2, **kw))
+        want, mine = without_pids(epochs(Stream(41), "thread", num_workers=2, **kw))
+        assert got == want, kw
+        assert os.getpid() not in pids and len(pids) == 2  # one process each pass
+        assert mine == {os.getpid()}
+    with chute.Loader(Stream(10), batch_size=4, num_workers=1, worker_mode="process",
+                      collate_fn=collate_names) as loader:
+        got = list(loader)
+    assert [(b["n"], b["first"]) for b in got] == [(4, "r0"), (4, "r4"), (2, "r8")]
+    assert os.getpid() not in {b["pid"] for b in got}
+
+
+def test_an_iterable_in_a_process_resumes_and_fails_as_itself():
+    kw = dict(batch_size=4, num_workers=1)
+    for make in (lambda: Stream(30), lambda: Resumable(30)):
+        whole, _ = without_pids(epochs(make(), "thread", epochs=1, **kw))
+        with chute.Loader(make(), worker_mode="process", **kw) as loader:
+            it = iter(loader)
+            head = [plain(next(it)) for _ in range(3)]
+            state = loader.state_dict()
+        with chute.Loader(make(), worker_mode="process", **kw) as loader:
+            loader.load_state_dict(state)
+            rest = [plain(b) for b in loader]
+        got, _ = without_pids(head + rest)
+        assert got == whole
+    with chute.Loader(Stream(30, fail_at=9), worker_mode="process", **kw) as loader:
+        with pytest.raises(KeyError, match="record 9 is missing") as info:
+            list(loader)
+    assert "iterable worker process" in "".join(getattr(info.value, "__notes__", []))
+
+
+def test_a_killed_iterable_worker_is_a_clear_error_and_nothing_is_left():
+    before = children()
+    loader = chute.Loader(Stream(10_000, slow=0.002), batch_size=4, num_workers=1,
+                          worker_mode="process")
+    it = iter(loader)
+    next(it)
+    (victim,) = children() - before
+    os.kill(victim, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=rf"iterable worker process \(pid {victim}\) ended"):
+        for _ in it:
+            pass
+    # A pass left early ends its process too.
+    it = iter(loader)
+    next(it)
+    assert len(children() - before) == 1
+    del it
+    loader.close()
+    deadline = time.monotonic() + 10
+    while children() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert children() <= before
