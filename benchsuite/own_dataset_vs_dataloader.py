@@ -13,8 +13,9 @@ crops 224 at a random place, flips half the time: the ImageFolder shape), `bytes
 loaders on that dataset, chute on one whose __getitem__ returns the file's bytes, decoded,
 cropped 224 at a random place and flipped by chute's native ops), `trivial` (a small
 numpy array per index) and `python` (a __getitem__ of pure-Python work that holds the GIL).
-Reports images (samples) per second over all epochs (page cache warm: the files are read once
-before), time to the first batch, peak RSS summed over the process tree and peak PSS (what
+Reports images (samples) per second over all epochs from the loader's making (page cache warm:
+the files are read right before each run), the same after the first batch (steady state),
+time to the first batch, peak RSS summed over the process tree and peak PSS (what
 the processes really cost together: shared pages counted once). Needs torch, numpy, pillow.
 """
 
@@ -163,17 +164,20 @@ def run(make_loader, epochs):
         start = time.perf_counter()
         loader = make_loader()
         first = None
-        n = 0
+        n = n0 = 0
         for _ in range(epochs):
             for batch in loader:
-                if first is None:
-                    first = time.perf_counter() - start
                 x = batch[0] if isinstance(batch, (list, tuple)) else batch
                 x = x["cls"] if isinstance(x, dict) else x
                 n += len(x)
+                if first is None:
+                    first, n0 = time.perf_counter() - start, n
         elapsed = time.perf_counter() - start
         del loader
-    return {"per_s": n / elapsed, "first_s": first, "rss_mb": peak.rss / 2**20, "pss_mb": peak.pss / 2**20}
+    # per_s: everything from making the loader to its last batch; steady_per_s: after the
+    # first batch (start-up excluded).
+    return {"per_s": n / elapsed, "steady_per_s": (n - n0) / (elapsed - first),
+            "first_s": first, "rss_mb": peak.rss / 2**20, "pss_mb": peak.pss / 2**20}
 
 
 def main():
@@ -228,15 +232,20 @@ def main():
             for k in [c for c in cases if c.startswith("chute.Loader(") and c.endswith("auto)")
                       or c.endswith("process)")]:
                 del cases[k]
-        for case, make in cases.items():
-            runs = []
-            for _ in range(a.repeats):
-                for p in Path(root).glob("*/*.jpg"):  # the page cache warmed right before
-                    p.read_bytes()
-                runs.append(run(make, a.epochs))
-            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        # The cases take turns (each repeat runs every case once), so a slow spell of the
+        # machine falls on all of them alike.
+        runs = {case: [] for case in cases}
+        for _ in range(a.repeats):
+            for case, make in cases.items():
+                if name in ("imagefolder", "bytes"):
+                    for p in Path(root).glob("*/*.jpg"):  # the page cache warmed right before
+                        p.read_bytes()
+                runs[case].append(run(make, a.epochs))
+        for case in cases:
+            med = {k: statistics.median(r[k] for r in runs[case]) for k in runs[case][0]}
             results[f"{name} {case}"] = med
-            print(f"{name:12s} {case:37s} {med['per_s']:10.0f}/s  first batch {med['first_s']:.3f} s  "
+            print(f"{name:12s} {case:37s} {med['per_s']:8.0f}/s  steady {med['steady_per_s']:8.0f}/s  "
+                  f"first batch {med['first_s']:.3f} s  "
                   f"RSS {med['rss_mb']:7.0f} MB  PSS {med['pss_mb']:7.0f} MB", flush=True)
     print(json.dumps(results))
 

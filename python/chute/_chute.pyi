@@ -120,19 +120,26 @@ class WorkerSockets:
 
     def close(self) -> None:
         """Closes every worker's socket: each process ends at its next read."""
+    def add(self, worker: Tuple[int, int, int, int]) -> None:
+        """A worker process that started: its ``(socket fd, arena memfd, index, pid)``."""
+    def fail(self, why: str) -> None:
+        """A worker process that failed to start: every read from now on fails with it."""
 
 def process_dataset(
     source: Source,
-    workers: List[Tuple[int, int, int, int]],
+    starting: int,
     timeout: float = 0.0,
     restart: Optional[Callable[[int], Tuple[int, int, int, int]]] = None,
     grow: Optional[Callable[[int], Tuple[int, int, int, int]]] = None,
     limit: int = 0,
+    early: bool = False,
+    transforms: Optional[List[Any]] = None,
 ) -> Tuple[Source, WorkerSockets]:
-    """``source`` (from ``map_dataset``) read by worker processes, each ``(socket fd, arena
-    memfd, index, pid)`` (the fds are taken over): the source, and the handle that closes the
-    workers' sockets. ``restart(index)`` starts a process in place of one that died;
-    ``grow(index)`` starts the next one when all are busy and fewer than ``limit`` run."""
+    """``source`` (from ``map_dataset``) read by worker processes, ``starting`` of which are
+    being started (each handed over with ``WorkerSockets.add`` once ready); with ``early``,
+    reads made before any is ready are made here, through ``transforms``. ``restart(index)``
+    starts a process in place of one that died; ``grow(index)`` starts the next one when all
+    are busy and fewer than ``limit`` run."""
 
 def serve_worker(
     sock: int,

@@ -204,7 +204,6 @@ class WorkerPool:
                 p, end = self._launch(k)
                 self.processes.append(p)
                 ends.append(end)
-            workers = [self._ready(k, end) for k, end in enumerate(ends)]
         except BaseException:
             self.close()
             for end in ends:
@@ -226,10 +225,20 @@ class WorkerPool:
                 raise RuntimeError("the worker pool is gone")
             return pool._grow(k)
 
+        # Until a worker process is ready, the engine's threads read in this process (as
+        # thread mode does, the workers' Python transforms included), so the first batch
+        # does not wait for the interpreters to start; not with a worker_init_fn, which only
+        # the workers run.
         self.source, self._sockets = _chute.process_dataset(
-            source, workers, float(timeout or 0), restart_worker if restart else None,
+            source, num_workers, float(timeout or 0), restart_worker if restart else None,
             grow if limit > num_workers else None, max(limit, num_workers),
+            early=worker_init_fn is None, transforms=list(transforms or []),
         )
+        sockets = self._sockets
+        self._starter = threading.Thread(
+            target=_hand_over, args=(me, sockets, ends), name="chute-worker-start", daemon=True
+        )
+        self._starter.start()
 
     def _launch(self, k: int) -> Any:
         """Starts worker ``k``: its process and this process's end of its socket pair."""
@@ -247,6 +256,14 @@ class WorkerPool:
         old.join(0)
         p, end = self._launch(k)
         self.processes[k] = p
+        try:
+            return self._ready(k, end)
+        except BaseException:
+            end.close()
+            raise
+
+    def _started(self, k: int, end: socket.socket) -> Any:
+        """Worker ``k``'s socket and arena once it is ready; ``end`` closed if it failed."""
         try:
             return self._ready(k, end)
         except BaseException:
@@ -280,7 +297,17 @@ class WorkerPool:
                     break
         if not fds:
             p.join(5)
-            why = msg.decode(errors="replace") or f"exit code {p.exitcode}"
+            code = p.exitcode
+            if not msg and code is not None and code < 0:
+                try:
+                    name = signal.Signals(-code).name
+                except ValueError:
+                    name = "?"
+                raise RuntimeError(
+                    f"chute worker process {k} (pid {p.pid}) was killed by signal {-code} "
+                    f"({name}) before it started (the out-of-memory killer sends SIGKILL)"
+                )
+            why = msg.decode(errors="replace") or f"exit code {code}"
             raise RuntimeError(f"chute worker process {k} (pid {p.pid}) failed to start: {why}")
         end.settimeout(None)
         return (end.detach(), fds[0], k, p.pid)
@@ -304,6 +331,23 @@ class WorkerPool:
                 p.kill()
                 p.join(1)
         self.processes = []
+
+
+def _hand_over(pool_ref: Any, sockets: Any, ends: List[socket.socket]) -> None:
+    """Hands each worker process to the reading source as it becomes ready (a thread: the
+    loader does not wait for them to start), or its failure to start."""
+    for k, end in enumerate(ends):
+        pool = pool_ref()
+        if pool is None:
+            end.close()
+            continue
+        try:
+            worker = pool._started(k, end)
+        except BaseException as e:  # every read from now on raises it
+            sockets.fail(str(e))
+        else:
+            sockets.add(worker)
+        del pool
 
 
 def _main(

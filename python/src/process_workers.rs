@@ -80,6 +80,8 @@ struct Pool {
     broken: Option<String>,
     /// Worker processes started so far (they are numbered in that order).
     started: usize,
+    /// Those of them still starting (not yet handed over with [`WorkerSockets::add`]).
+    pending: usize,
 }
 
 /// A map-style dataset read by worker processes (see the module documentation).
@@ -106,6 +108,17 @@ pub(crate) struct ProcessDataset {
     restart: Option<Py<PyAny>>,
     /// Workers restarted.
     restarts: AtomicUsize,
+    /// Reads made in this process while every worker process was still starting.
+    local_reads: AtomicUsize,
+    /// While no worker process has started yet, read in this process (as thread mode does)
+    /// instead of waiting: the Python transforms the workers run, built here. `None` when
+    /// reads must wait for the workers (a `worker_init_fn` they run has not run here).
+    early: Option<Early>,
+}
+
+/// How this process reads while its worker processes start (see [`ProcessDataset::early`]).
+struct Early {
+    transform: Option<Arc<dyn chute::core::Transform>>,
 }
 
 impl std::fmt::Debug for ProcessDataset {
@@ -118,14 +131,18 @@ impl std::fmt::Debug for ProcessDataset {
 
 impl ProcessDataset {
     /// Takes an idle worker, waiting for one; the pool's error once a worker has died.
-    fn take(&self) -> Result<Worker, String> {
+    /// `None` while every worker is still starting and this process may read meanwhile.
+    fn take(&self) -> Result<Option<Worker>, String> {
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(why) = &pool.broken {
                 return Err(why.clone());
             }
             if let Some(w) = pool.idle.pop() {
-                return Ok(w);
+                return Ok(Some(w));
+            }
+            if pool.pending > 0 && pool.pending == pool.started && self.early.is_some() {
+                return Ok(None);
             }
             if pool.started < self.limit && self.grow.is_some() {
                 let index = pool.started;
@@ -133,6 +150,7 @@ impl ProcessDataset {
                 drop(pool);
                 return self
                     .start(index)
+                    .map(Some)
                     .inspect_err(|why| self.break_pool(why.clone()));
             }
             pool = self.free.wait(pool).unwrap_or_else(|e| e.into_inner());
@@ -170,14 +188,18 @@ impl ProcessDataset {
 
     /// Sends `op` for `ids` to an idle worker and reads its answer; the worker goes back to
     /// the pool once the answer is read.
-    fn request(&self, op: u8, ids: &[u64]) -> Result<Answer, String> {
-        let mut w = self.take()?;
+    /// `None` when the read is this process's to make (see [`ProcessDataset::early`]).
+    fn request(&self, op: u8, ids: &[u64]) -> Result<Option<Answer>, String> {
+        let Some(mut w) = self.take()? else {
+            self.local_reads.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        };
         let plan = *self.plan.lock().unwrap_or_else(|e| e.into_inner());
         match w.ask(op, plan, ids, self.timeout) {
             Ok(answer) => {
                 self.served.fetch_add(1, Ordering::Relaxed);
                 self.give_back(w);
-                Ok(answer)
+                Ok(Some(answer))
             }
             Err(e) => {
                 let why = w.failure(&e, ids, self.timeout);
@@ -194,6 +216,25 @@ impl ProcessDataset {
                 Err(why)
             }
         }
+    }
+
+    /// The samples `ids` read in this process while the workers start: as thread mode reads
+    /// them, then through the Python transforms the workers would run, with the same RNG.
+    fn read_here(&self, ids: &[u64]) -> Vec<Result<Sample, Error>> {
+        let reads = self.map.read_many(ids);
+        let Some(t) = self.early.as_ref().and_then(|e| e.transform.as_ref()) else {
+            return reads;
+        };
+        let (seed, epoch) = *self.plan.lock().unwrap_or_else(|e| e.into_inner());
+        reads
+            .into_iter()
+            .map(|r| {
+                let mut s = r?;
+                let mut rng = SampleRng::for_sample(seed, epoch, s.index);
+                t.apply(&mut s, &mut rng).map_err(|e| failed(s.index, e))?;
+                Ok(s)
+            })
+            .collect()
     }
 
     /// Worker process `index`, started by the `grow` callback.
@@ -538,8 +579,9 @@ impl Source for ProcessDataset {
     /// The samples `ids`, read by one worker process.
     fn read_many(&self, ids: &[u64]) -> Vec<Result<Sample, Error>> {
         let replies = match self.request(READ, ids) {
-            Ok(Answer::Samples(r)) => r,
-            Ok(Answer::Batch(_) | Answer::Raised { .. }) => {
+            Ok(None) => return self.read_here(ids),
+            Ok(Some(Answer::Samples(r))) => r,
+            Ok(Some(Answer::Batch(_) | Answer::Raised { .. })) => {
                 let why = "a worker answered a read with a batch".to_string();
                 return ids.iter().map(|&id| Err(dead(id, &why))).collect();
             }
@@ -559,11 +601,16 @@ impl Source for ProcessDataset {
     }
 
     /// With a `collate_fn`: the batch the worker process made of `ids`.
-    fn collate(&self, ids: &[u64], _: &BufferPool) -> Option<Result<Vec<(String, Column)>, Error>> {
+    fn collate(
+        &self,
+        ids: &[u64],
+        pool: &BufferPool,
+    ) -> Option<Result<Vec<(String, Column)>, Error>> {
         self.map.collate_fn()?;
         let first = ids.first().copied().unwrap_or(0);
         Some(match self.request(COLLATE, ids) {
-            Ok(Answer::Batch(pickled)) => Python::attach(|py| {
+            Ok(None) => return self.map.collate(ids, pool),
+            Ok(Some(Answer::Batch(pickled))) => Python::attach(|py| {
                 let batch = py
                     .import("pickle")?
                     .call_method1("loads", (PyBytes::new(py, &pickled),))?
@@ -574,8 +621,12 @@ impl Source for ProcessDataset {
                 )])
             })
             .map_err(|e| failed(first, Box::new(e))),
-            Ok(Answer::Raised { pickled, traceback }) => Err(raised(first, &pickled, &traceback)),
-            Ok(Answer::Samples(_)) => Err(dead(first, "a worker answered a batch with samples")),
+            Ok(Some(Answer::Raised { pickled, traceback })) => {
+                Err(raised(first, &pickled, &traceback))
+            }
+            Ok(Some(Answer::Samples(_))) => {
+                Err(dead(first, "a worker answered a batch with samples"))
+            }
             Err(why) => Err(dead(first, &why)),
         })
     }
@@ -586,12 +637,18 @@ impl Source for ProcessDataset {
     }
 
     fn stats(&self) -> Option<serde_json::Value> {
+        let (started, pending) = {
+            let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            (pool.started, pool.pending)
+        };
         Some(serde_json::json!({
             "worker_mode": "process",
-            "worker_processes": self.pool.lock().unwrap_or_else(|e| e.into_inner()).started,
+            "worker_processes": started,
+            "ready_processes": started - pending,
             "max_worker_processes": self.limit,
             "requests": self.served.load(Ordering::Relaxed),
             "restarts": self.restarts.load(Ordering::Relaxed),
+            "local_reads": self.local_reads.load(Ordering::Relaxed),
         }))
     }
 }
@@ -633,56 +690,89 @@ impl WorkerSockets {
     fn close(&self) {
         self.inner.shut_down();
     }
+
+    /// A worker process that started: its `(socket fd, arena memfd, index, pid)`, taken over.
+    fn add(&self, worker: (RawFd, RawFd, usize, u32)) {
+        let (sock, memfd, index, pid) = worker;
+        // SAFETY: the caller hands these fds over (detached from their Python objects).
+        let w = unsafe { Worker::adopt(sock, memfd, index, pid) };
+        let mut pool = self.inner.pool.lock().unwrap_or_else(|e| e.into_inner());
+        pool.pending = pool.pending.saturating_sub(1);
+        if pool.broken.is_none() {
+            pool.idle.push(w);
+        }
+        drop(pool);
+        self.inner.free.notify_all();
+    }
+
+    /// A worker process that failed to start: every read from now on fails with `why`.
+    fn fail(&self, why: String) {
+        let mut pool = self.inner.pool.lock().unwrap_or_else(|e| e.into_inner());
+        pool.pending = pool.pending.saturating_sub(1);
+        drop(pool);
+        self.inner.break_pool(why);
+    }
 }
 
-/// `chute._chute.process_dataset(source, workers, timeout=0, restart=None, grow=None,
-/// limit=0)`: `source` (a map-style dataset's source, from `map_dataset`) read by worker
-/// processes, each `(socket fd, arena memfd, index, pid)`; the fds are taken over.
-/// `restart(index)`, when given, starts a process in place of one that died and returns the
-/// same tuple (the reads it held fail, and the loader skips them). `grow(index)`, when given,
-/// starts process `index` (the next number) when every process started is busy and fewer
-/// than `limit` are. Returns the new source and the handle that closes the workers' sockets.
+/// `chute._chute.process_dataset(source, starting, timeout=0, restart=None, grow=None,
+/// limit=0, early=False, transforms=None)`: `source` (a map-style dataset's source, from
+/// `map_dataset`) read by worker processes, `starting` of which are being started: each is
+/// handed over with [`WorkerSockets::add`] once it is ready (or its failure with
+/// [`WorkerSockets::fail`]). With `early`, reads made while none is ready yet are made in this
+/// process, through `transforms` (the Python callables the workers run), instead of waiting.
+/// `restart(index)`, when given, starts a process in place of one that died and returns its
+/// `(socket fd, arena memfd, index, pid)` (the reads it held fail, and the loader skips
+/// them). `grow(index)`, when given, starts process `index` (the next number) when every
+/// process started is busy and fewer than `limit` are. Returns the new source and the handle
+/// that hands workers over and closes their sockets.
 #[pyfunction]
-#[pyo3(signature = (source, workers, timeout=0.0, restart=None, grow=None, limit=0))]
+#[pyo3(signature = (source, starting, timeout=0.0, restart=None, grow=None, limit=0,
+                    early=false, transforms=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn process_dataset(
     source: &Bound<'_, PySource>,
-    workers: Vec<(RawFd, RawFd, usize, u32)>,
+    starting: usize,
     timeout: f64,
     restart: Option<Py<PyAny>>,
     grow: Option<Py<PyAny>>,
     limit: usize,
+    early: bool,
+    transforms: Option<Vec<Bound<'_, PyAny>>>,
 ) -> PyResult<(PySource, WorkerSockets)> {
     let Some(map) = source.get().dataset.clone() else {
         return Err(PyValueError::new_err(
             "worker_mode=\"process\" reads map-style datasets (with __len__ and __getitem__)",
         ));
     };
-    if workers.is_empty() {
+    if starting == 0 {
         return Err(PyValueError::new_err("no worker processes"));
     }
-    let mut idle = Vec::with_capacity(workers.len());
-    for (sock, memfd, index, pid) in workers {
-        // SAFETY: the caller hands these fds over (detached from their Python objects).
-        idle.push(unsafe { Worker::adopt(sock, memfd, index, pid) });
-    }
-    // Worker 0 first, as a single-worker run would use it.
-    idle.reverse();
-    let n = idle.len();
+    let early = if early {
+        let interrupt = Arc::clone(&map.interrupt);
+        Some(Early {
+            transform: crate::transform::build(transforms.unwrap_or_default(), &interrupt)?,
+        })
+    } else {
+        None
+    };
     let inner = Arc::new(ProcessDataset {
         map: Arc::clone(&map),
         pool: Mutex::new(Pool {
-            idle,
+            idle: Vec::new(),
             broken: None,
-            started: n,
+            started: starting,
+            pending: starting,
         }),
         free: Condvar::new(),
-        limit: limit.max(n),
+        limit: limit.max(starting),
         grow,
         timeout: (timeout > 0.0).then(|| Duration::from_secs_f64(timeout)),
         served: AtomicUsize::new(0),
         plan: Mutex::new((0, 0)),
         restart,
         restarts: AtomicUsize::new(0),
+        local_reads: AtomicUsize::new(0),
+        early,
     });
     let handle = WorkerSockets {
         inner: Arc::clone(&inner),

@@ -103,16 +103,16 @@ class Sleepy:
 
 
 class Spin:
-    """Pure Python for about 5 ms a sample: the GIL serializes threads."""
+    """A fixed amount of pure Python (a few ms) a sample: the GIL serializes threads. (Work
+    timed by the clock instead would scale on threads: each thread's wait would overlap.)"""
 
     def __len__(self) -> int:
         return 64
 
     def __getitem__(self, i: int):
-        end = time.perf_counter() + 0.005
         x = 0
-        while time.perf_counter() < end:
-            x += 1
+        for k in range(40_000):
+            x = (x * 31 + k + i) % 1_000_003
         return i
 
 
@@ -137,10 +137,13 @@ class Unpicklable:
         return i
 
 
-def epochs(dataset, mode: str, epochs: int = 2, **kw):
-    """Every batch of `epochs` epochs, as plain Python values."""
+def epochs(dataset, mode: str, epochs: int = 2, ready: bool = False, **kw):
+    """Every batch of `epochs` epochs, as plain Python values (with `ready`, once the worker
+    processes are ready, so that they read every batch)."""
     out = []
     with chute.Loader(dataset, worker_mode=mode, **kw) as loader:
+        if ready:
+            started(loader, kw["num_workers"])
         for e in range(epochs):
             loader.set_epoch(e)
             for b in loader:
@@ -230,10 +233,10 @@ def jitter(sample, rng):
 
 def test_python_transforms_run_in_the_workers_with_the_same_randomness():
     kw = dict(batch_size=8, shuffle=True, seed=3, num_workers=2, transforms=[jitter])
-    got = epochs(Dicts(30), "process", **kw)
+    got = epochs(Dicts(30), "process", ready=True, **kw)
     want = epochs(Dicts(30), "thread", **kw)
     pids = {p for b in got for p in b["pid"][2]}
-    assert os.getpid() not in pids
+    assert os.getpid() not in pids and len(pids) == 2
     for b in got + want:
         del b["pid"]
     assert got == want
@@ -250,6 +253,7 @@ def collate_pairs(samples):
 def test_collate_fn_and_worker_init_fn_run_in_the_workers():
     with chute.Loader(Dicts(20), batch_size=6, num_workers=2, worker_mode="process",
                       collate_fn=collate_pairs) as loader:
+        started(loader)
         got = list(loader)
     assert [b["n"] for b in got] == [6, 6, 6, 2]
     assert [b["first"] for b in got] == [0, 6, 12, 18]
@@ -266,14 +270,29 @@ def test_collate_fn_and_worker_init_fn_run_in_the_workers():
 def test_an_exception_is_raised_as_itself_or_skipped_and_counted():
     with chute.Loader(Dicts(30, fail_at=13), batch_size=4, num_workers=2,
                       worker_mode="process") as loader:
+        started(loader)
         with pytest.raises(KeyError, match="sample 13 is missing") as info:
             list(loader)
     notes = "".join(getattr(info.value, "__notes__", []))
     assert "worker process" in notes and "__getitem__" in notes, notes
+    # Read here while the workers start: the same exception.
+    with chute.Loader(Dicts(30, fail_at=1), batch_size=4, num_workers=2,
+                      worker_mode="process") as loader:
+        with pytest.raises(KeyError, match="sample 1 is missing"):
+            list(loader)
     with chute.Loader(Dicts(30, fail_at=13), batch_size=4, num_workers=2,
                       worker_mode="process", on_error="skip") as loader:
         n = sum(len(b["name"]) for b in loader)
         assert n == 30 and loader.stats()["skipped"] == 1
+
+
+def started(loader, n: int = 2) -> None:
+    """Waits until the loader's ``n`` worker processes are ready (they start in the
+    background, and batches are read here meanwhile)."""
+    deadline = time.monotonic() + 60
+    while loader.stats()["source"]["ready_processes"] < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert loader.stats()["source"]["ready_processes"] == n
 
 
 def test_a_killed_worker_is_a_clear_error_and_nothing_hangs():
@@ -281,6 +300,7 @@ def test_a_killed_worker_is_a_clear_error_and_nothing_hangs():
     loader = chute.Loader(Dicts(4000), batch_size=8, num_workers=2, worker_mode="process")
     it = iter(loader)
     next(it)
+    started(loader)
     victim = loader._workers.processes[1].pid
     os.kill(victim, signal.SIGKILL)
     t = time.monotonic()
@@ -299,6 +319,7 @@ def test_under_skip_a_killed_worker_is_replaced_and_its_samples_skipped():
                           on_error="skip")
     it = iter(loader)
     n = len(next(it)["name"])
+    started(loader)
     victim = loader._workers.processes[0].pid
     os.kill(victim, signal.SIGKILL)
     for b in it:
@@ -315,10 +336,13 @@ def test_under_skip_a_killed_worker_is_replaced_and_its_samples_skipped():
 def test_a_worker_over_timeout_is_an_error_and_close_ends_it():
     before = children()
     loader = chute.Loader(Slow(), batch_size=2, num_workers=1, worker_mode="process", timeout=2)
+    started(loader, 1)
     t = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"timeout=2"):
+    # Two clocks of timeout= run out together: next()'s (a TimeoutError) and the worker
+    # request's (the worker process's error), whichever is first.
+    with pytest.raises((TimeoutError, RuntimeError), match=r"timeout=2"):
         list(loader)
-    # The worker process itself outlasts timeout= too: the batch after is its error.
+    # The worker process itself outlasts timeout=: the batch after is its error.
     with pytest.raises(RuntimeError, match=r"took more than timeout=2"):
         list(loader)
     assert time.monotonic() - t < 20
@@ -637,3 +661,48 @@ def test_a_killed_iterable_worker_is_a_clear_error_and_nothing_is_left():
     while children() - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert children() <= before
+
+
+class SlowToStart(Dicts):
+    """Takes two seconds to arrive in a worker process (its unpickling sleeps there)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.parent = os.getpid()
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if os.getpid() != self.parent:
+            time.sleep(2)
+
+
+def failing_init(worker_id: int) -> None:
+    raise OSError(f"worker {worker_id} cannot open its database")
+
+
+def test_batches_are_read_here_while_the_workers_start_and_they_are_the_same():
+    kw = dict(batch_size=4, shuffle=True, seed=3, num_workers=2, transforms=[jitter])
+    want = epochs(Dicts(40), "thread", epochs=1, **kw)
+    with chute.Loader(SlowToStart(40), worker_mode="process", **kw) as loader:
+        t = time.monotonic()
+        first = plain(next(iter(loader)))
+        assert time.monotonic() - t < 1.5, "the first batch waited for the workers"
+        got = [first] + [plain(b) for b in loader]
+        stats = loader.stats()["source"]
+    assert stats["local_reads"] >= 1, stats
+    for b in got + want:
+        del b["pid"]
+    assert got == want
+    # With a worker_init_fn, which only the workers run, reads wait for them.
+    with chute.Loader(SlowToStart(16), batch_size=4, num_workers=2, worker_mode="process",
+                      worker_init_fn=init_worker) as loader:
+        assert len(list(loader)) == 4
+        assert loader.stats()["source"]["local_reads"] == 0
+
+
+def test_a_worker_that_fails_to_start_is_the_next_batch_s_error():
+    with chute.Loader(Dicts(16), batch_size=4, num_workers=2, worker_mode="process",
+                      worker_init_fn=failing_init) as loader:
+        with pytest.raises(RuntimeError, match=r"(?s)worker process [01] \(pid \d+\) failed to "
+                                               r"start: .*cannot open its database"):
+            next(iter(loader))
