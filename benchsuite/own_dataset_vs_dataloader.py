@@ -60,7 +60,7 @@ def memory(pids):
 
 
 class Peak:
-    """Samples the process tree's RSS and PSS every 20 ms."""
+    """Samples the process tree's RSS and PSS every 100 ms (reading smaps costs CPU)."""
 
     def __init__(self):
         self.rss = self.pss = 0
@@ -71,7 +71,7 @@ class Peak:
         while not self.stop.is_set():
             rss, pss = memory(tree_pids(os.getpid()))
             self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
-            time.sleep(0.02)
+            time.sleep(0.1)
 
     def __enter__(self):
         self.thread.start()
@@ -173,11 +173,13 @@ def run(make_loader, epochs):
                 if first is None:
                     first, n0 = time.perf_counter() - start, n
         elapsed = time.perf_counter() - start
+        mode = getattr(loader, "worker_mode", None)  # chute's: what worker_mode="auto" chose
         del loader
     # per_s: everything from making the loader to its last batch; steady_per_s: after the
     # first batch (start-up excluded).
     return {"per_s": n / elapsed, "steady_per_s": (n - n0) / (elapsed - first),
-            "first_s": first, "rss_mb": peak.rss / 2**20, "pss_mb": peak.pss / 2**20}
+            "first_s": first, "rss_mb": peak.rss / 2**20, "pss_mb": peak.pss / 2**20,
+            "mode": mode}
 
 
 def main():
@@ -242,11 +244,14 @@ def main():
                         p.read_bytes()
                 runs[case].append(run(make, a.epochs))
         for case in cases:
-            med = {k: statistics.median(r[k] for r in runs[case]) for k in runs[case][0]}
+            med = {k: statistics.median(r[k] for r in runs[case]) for k in runs[case][0]
+                   if k != "mode"}
+            modes = [r["mode"] for r in runs[case] if r["mode"]]
             results[f"{name} {case}"] = med
             print(f"{name:12s} {case:37s} {med['per_s']:8.0f}/s  steady {med['steady_per_s']:8.0f}/s  "
                   f"first batch {med['first_s']:.3f} s  "
-                  f"RSS {med['rss_mb']:7.0f} MB  PSS {med['pss_mb']:7.0f} MB", flush=True)
+                  f"RSS {med['rss_mb']:7.0f} MB  PSS {med['pss_mb']:7.0f} MB"
+                  + (f"  ({', '.join(modes)})" if "auto" in case else ""), flush=True)
     print(json.dumps(results))
 
 

@@ -89,9 +89,9 @@ THREADS_SCALE = 1.8
 
 def probe(dataset: Any, budget: float = 0.5) -> Dict[str, Any]:
     """How a map-style dataset's ``__getitem__`` scales on threads: a few samples read on one
-    thread, then as many on each of two threads at once (within about ``budget`` seconds
-    each); ``worker_mode="auto"`` picks processes when two threads are less than
-    ``THREADS_SCALE`` times as fast as one. Returns the figures: ``samples``, ``one_thread_s``,
+    thread, then as many on each of two threads at once, then on one thread again (about
+    ``budget`` seconds for the one-thread runs); ``worker_mode="auto"`` picks processes when
+    two threads are less than ``THREADS_SCALE`` times as fast as one. Returns the figures: ``samples``, ``one_thread_s``,
     ``two_threads_s`` (per sample), ``thread_scaling`` and the ``choice``."""
     n = len(dataset)
     if n == 0:
@@ -104,14 +104,15 @@ def probe(dataset: Any, budget: float = 0.5) -> Dict[str, Any]:
             dataset[i]
         return len(ids)
 
-    # One thread: as many samples as fit in the budget (at least 2).
+    # One thread: as many samples as fit in the budget (at least 2); then two threads, k
+    # samples each; then one thread again, so that a drift (caches warming, a neighbour's
+    # load) falls on both sides of the comparison: the one-thread time is the two runs' mean.
     k, t0 = 0, time.perf_counter()
-    while k < min(n, 64) and (k < 2 or time.perf_counter() - t0 < budget):
-        read([order[k % n]])
+    while k < min(n, 64) and (k < 2 or time.perf_counter() - t0 < budget / 2):
+        read([order[(1 + k) % n]])
         k += 1
-    one = (time.perf_counter() - t0) / k
-    # Two threads, k samples each.
-    ids = [order[(k + j) % n] for j in range(2 * k)]
+    first = time.perf_counter() - t0
+    ids = [order[(1 + k + j) % n] for j in range(2 * k)]
     t0 = time.perf_counter()
     threads = [threading.Thread(target=read, args=(ids[j::2],)) for j in range(2)]
     for t in threads:
@@ -119,9 +120,12 @@ def probe(dataset: Any, budget: float = 0.5) -> Dict[str, Any]:
     for t in threads:
         t.join()
     two = (time.perf_counter() - t0) / (2 * k)
+    t0 = time.perf_counter()
+    read([order[(1 + 3 * k + j) % n] for j in range(k)])
+    one = (first + time.perf_counter() - t0) / (2 * k)
     scaling = one / two if two > 0 else 2.0
     return {
-        "samples": 3 * k,
+        "samples": 4 * k + 1,
         "one_thread_s": one,
         "two_threads_s": two,
         "thread_scaling": round(scaling, 3),
@@ -189,12 +193,8 @@ class WorkerPool:
             )
         ctx = _context(context)
         payload = _pickled(dataset, list(transforms or []), factory)
-        self._start = lambda k, child: ctx.Process(
-            target=_main,
-            args=(child, k, max(limit, num_workers), payload, worker_init_fn, collate_fn, seed),
-            name=f"chute-worker-{k}",
-            daemon=True,
-        )
+        self._ctx = ctx
+        self._args = (max(limit, num_workers), payload, worker_init_fn, collate_fn, seed)
         self.processes: List[Any] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -243,7 +243,9 @@ class WorkerPool:
     def _launch(self, k: int) -> Any:
         """Starts worker ``k``: its process and this process's end of its socket pair."""
         parent, child = socket.socketpair()
-        p = self._start(k, child)
+        p = self._ctx.Process(
+            target=_main, args=(child, k, *self._args), name=f"chute-worker-{k}", daemon=True
+        )
         try:
             p.start()
         finally:
