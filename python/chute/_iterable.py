@@ -65,6 +65,17 @@ class _Stop(Exception):
     pass
 
 
+def _put(ready: "queue.Queue[Tuple[Any, ...]]", stop: threading.Event, item: Any) -> None:
+    """Puts ``item`` in ``ready`` once there is room; ``_Stop`` if the pass is stopped first."""
+    while not stop.is_set():
+        try:
+            ready.put(item, timeout=0.1)
+            return
+        except queue.Full:
+            pass
+    raise _Stop
+
+
 class _Raw:
     """A batch collated in a worker process, before ``output`` and the structure apply."""
 
@@ -272,13 +283,7 @@ class IterableEngine:
         dataset_state: Any,
     ) -> None:
         def put(item: Tuple[Any, ...]) -> None:
-            while not stop.is_set():
-                try:
-                    ready.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    pass
-            raise _Stop
+            _put(ready, stop, item)
 
         try:
             for item in self._items(epoch, skip, stream_index, dataset_state):
@@ -348,13 +353,7 @@ class IterableEngine:
         )
 
         def put(item: Tuple[Any, ...]) -> None:
-            while not stop.is_set():
-                try:
-                    ready.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    pass
-            raise _Stop
+            _put(ready, stop, item)
 
         try:
             p.start()
