@@ -274,7 +274,7 @@ class Loader:
         # A map-style Python dataset, as given (the doctor probes how it scales on threads).
         self._dataset: Any = None
         if worker_mode == "auto":
-            worker_mode = self._choose_mode(source, num_workers, collate_fn)
+            worker_mode = self._choose_mode(source, num_workers, collate_fn, dataset_factory)
         self.worker_mode: str = worker_mode
         """``"thread"`` or ``"process"``: how the workers run (``worker_mode="auto"``'s
         choice)."""
@@ -751,10 +751,12 @@ class Loader:
             self._workers.close()
         self._inner.release()
 
-    def _choose_mode(self, source: Any, num_workers: Any, collate_fn: Any) -> str:
+    def _choose_mode(
+        self, source: Any, num_workers: Any, collate_fn: Any, factory: Any = None
+    ) -> str:
         """``worker_mode="auto"``: processes for a map-style Python dataset whose
         ``__getitem__`` does not scale on threads (see ``chute._workers.probe``) and that
-        pickles; threads for everything else."""
+        pickles (or whose ``dataset_factory`` does); threads for everything else."""
         from ._workers import probe
 
         if (
@@ -769,7 +771,7 @@ class Loader:
         self._probe = probe(source)
         if self._probe["choice"] == "process":
             try:
-                pickle.dumps(source)
+                pickle.dumps(source if factory is None else factory)
             except Exception as e:
                 self._probe["choice"] = "thread"
                 self._probe["why"] = f"the dataset does not pickle ({e})"

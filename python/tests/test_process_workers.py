@@ -473,6 +473,15 @@ for _ in it:
     assert not any(os.path.exists(f"/proc/{q}") for q in pids), "workers outlived the parent"
 
 
+class UnpicklableSpin(Spin):
+    def __init__(self) -> None:
+        self.lock = __import__("threading").Lock()
+
+
+def make_spin():
+    return UnpicklableSpin()
+
+
 def make_unpicklable():
     """A dataset_factory: each worker process builds its own Unpicklable."""
     return Unpicklable()
@@ -495,6 +504,10 @@ def test_a_dataset_that_does_not_pickle_is_built_in_each_worker_by_its_factory()
                                                                            **kw)
     with pytest.raises(chute.ConfigError, match="does not pickle"):
         chute.Loader(dataset_factory=lambda: Dicts(4), num_workers=1, worker_mode="process")
+    # worker_mode="auto" may pick processes for a dataset that does not pickle but has a
+    # factory that does.
+    with chute.Loader(dataset_factory=make_spin, num_workers=2, worker_mode="auto") as loader:
+        assert loader.worker_mode == "process", loader.stats()["worker_probe"]
     with pytest.raises(chute.ConfigError, match="not both"):
         chute.Loader(Dicts(4), dataset_factory=make_unpicklable)
 
