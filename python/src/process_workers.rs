@@ -777,7 +777,7 @@ pub(crate) fn process_dataset(
     let handle = WorkerSockets {
         inner: Arc::clone(&inner),
     };
-    Ok((PySource::from_process_dataset(map, inner), handle))
+    Ok((PySource::read_through(map, inner), handle))
 }
 
 /// A worker process's arena as it writes it: the memfd, grown as answers need.

@@ -44,12 +44,9 @@ impl Source {
         }
     }
 
-    /// A map-style Python dataset read by worker processes (`worker_mode="process"`): the
-    /// dataset still gives the structure.
-    pub(crate) fn from_process_dataset(
-        dataset: Arc<MapDataset>,
-        inner: Arc<crate::process_workers::ProcessDataset>,
-    ) -> Source {
+    /// A map-style Python dataset read through another source (its worker processes, with
+    /// `worker_mode="process"`): the dataset still gives the structure.
+    pub(crate) fn read_through(dataset: Arc<MapDataset>, inner: Arc<dyn chute::Source>) -> Source {
         Source {
             inner,
             format: "python",
