@@ -252,7 +252,7 @@ class Loader:
         elif source is None:
             raise TypeError("chute.Loader() needs a source: a chute source or a dataset object")
         # num_workers="auto": every worker this process's share of the cores allows, of
-        # which the engine's tuner runs as many as the consumer needs (see _autotune).
+        # which the engine's tuner runs as many as the consumer needs (see _workers.budget).
         self._budget: Optional[Tuple[int, int]] = None
         if num_workers == "auto":
             from ._workers import budget
