@@ -97,6 +97,9 @@ def main() -> None:
         next(it)
         keep.append((loader, it))
     elif case == "ctrl-c":
+        # As a terminal's Ctrl-C finds it: a shell that started the tests in the background
+        # handed this process SIGINT ignored (see test_behaviour.py).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         loader = tokens(path, transforms=[slow])
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
         try:
