@@ -6,7 +6,8 @@ side by side, same dataset object.
     python benchsuite/own_dataset_vs_dataloader.py --only python --scaling 1,2
 
 `--scaling` runs DataLoader and chute's process mode at each worker count listed (the
-scaling curve) instead of the fixed cases.
+scaling curve) instead of the fixed cases. `--fresh` runs each case in a fresh interpreter
+(as a training job runs its loader): its memory then holds nothing the cases before it left.
 
 Datasets (all in one run): `imagefolder` (__getitem__ reads a JPEG file, decodes it with PIL,
 crops 224 at a random place, flips half the time: the ImageFolder shape), `bytes` (torch's
@@ -24,6 +25,8 @@ import io
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -190,6 +193,10 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", default="imagefolder,bytes,trivial,python")
     ap.add_argument("--scaling", default="", help="worker counts, e.g. 1,2")
+    ap.add_argument("--fresh", action="store_true",
+                    help="each run in a fresh interpreter (memory: nothing left from the "
+                         "cases before)")
+    ap.add_argument("--one", default="", help=argparse.SUPPRESS)  # "set::case", for --fresh
     a = ap.parse_args()
 
     import torch.utils.data as tud
@@ -234,6 +241,10 @@ def main():
             for k in [c for c in cases if c.startswith("chute.Loader(") and c.endswith("auto)")
                       or c.endswith("process)")]:
                 del cases[k]
+        if a.one:
+            if a.one.split("::")[0] == name:
+                print(json.dumps(run(cases[a.one.split("::", 1)[1]], a.epochs)))
+            continue
         # The cases take turns (each repeat runs every case once), so a slow spell of the
         # machine falls on all of them alike.
         runs = {case: [] for case in cases}
@@ -242,7 +253,15 @@ def main():
                 if name in ("imagefolder", "bytes"):
                     for p in Path(root).glob("*/*.jpg"):  # the page cache warmed right before
                         p.read_bytes()
-                runs[case].append(run(make, a.epochs))
+                if a.fresh:
+                    args = [sys.executable, __file__, "--one", f"{name}::{case}"] + [
+                        f"--{k}={v}" for k, v in (("images", a.images), ("epochs", a.epochs),
+                                                  ("workers", a.workers), ("only", name),
+                                                  ("scaling", a.scaling))]
+                    out = subprocess.run(args, capture_output=True, text=True, check=True)
+                    runs[case].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                else:
+                    runs[case].append(run(make, a.epochs))
         for case in cases:
             med = {k: statistics.median(r[k] for r in runs[case]) for k in runs[case][0]
                    if k != "mode"}
@@ -252,7 +271,8 @@ def main():
                   f"first batch {med['first_s']:.3f} s  "
                   f"RSS {med['rss_mb']:7.0f} MB  PSS {med['pss_mb']:7.0f} MB"
                   + (f"  ({', '.join(modes)})" if "auto" in case else ""), flush=True)
-    print(json.dumps(results))
+    if not a.one:
+        print(json.dumps(results))
 
 
 if __name__ == "__main__":

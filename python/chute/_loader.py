@@ -45,6 +45,16 @@ _live: "weakref.WeakSet[Union[_chute.Loader, _IterableEngine]]" = weakref.WeakSe
 _warned_pin_memory = False
 
 
+def _begin_after_first(batches: Iterator[Any], workers: Any) -> Iterator[Any]:
+    """``batches``, the worker processes started as the first one is handed over (it was read
+    in this process meanwhile: see ``_workers.WorkerPool.begin``)."""
+    for b in batches:
+        workers.begin()
+        yield b
+        yield from batches
+        return
+
+
 class Loader:
     """Deterministic, resumable, parallel batches from a chute source or your own dataset.
 
@@ -107,9 +117,15 @@ class Loader:
       threads under 1.8 times as fast as one) and it pickles; anything else gets threads
       (``loader.worker_mode`` and ``stats()`` say which). With ``"process"``, a
       map-style Python dataset's ``__getitem__`` (and ``collate_fn``) runs in
-      ``num_workers`` worker processes, for datasets whose Python holds the GIL: each is
-      started with ``multiprocessing_context`` (``"spawn"``, the default, or
-      ``"forkserver"``), gets the dataset once, pickled, runs ``worker_init_fn(worker_id)``
+      ``num_workers`` worker processes, for datasets whose Python holds the GIL. By default
+      (and with ``multiprocessing_context="forkserver"``) they are forks of chute's fork
+      server: a fresh interpreter, started with BLAS and OpenMP at one thread, that imports
+      what ``__main__`` imports (and what reading a sample imported here) and unpickles the
+      dataset once, so the workers share those
+      pages (as DataLoader's forked workers share their parent's) and each starts in
+      milliseconds; never forks of this process, whose threads a fork would copy.
+      ``"spawn"`` starts a fresh interpreter for each. Each worker runs
+      ``worker_init_fn(worker_id)``
       (``random`` and ``torch`` seeded with ``seed + worker_id``, as DataLoader seeds its
       workers), and hands samples back through shared memory (anonymous: nothing in
       ``/dev/shm``), not pickled. Order, ranks, resume and ``on_error`` are the same as in
@@ -236,6 +252,9 @@ class Loader:
         batch_format: BatchFormat = None,
         dataset_factory: Optional[Callable[[], Any]] = None,
     ) -> None:
+        # What reading a sample imports (here, for the structure), the fork server of
+        # worker_mode="process" imports too, so that its workers share it (see _workers.py).
+        self._modules_before = set(sys.modules)
         if dataset_factory is not None:
             if source is not None:
                 raise ConfigError(
@@ -513,6 +532,13 @@ class Loader:
         return batches
 
     def _batches(self) -> Iterator[Any]:
+        batches = self._pass()
+        workers = getattr(self, "_workers", None)
+        if workers is not None and not workers.begun:
+            return _begin_after_first(batches, workers)
+        return batches
+
+    def _pass(self) -> Iterator[Any]:
         if self._iterable:
             return iter(self._inner)
         if self._collate_fn:
@@ -803,6 +829,7 @@ class Loader:
             dataset, source, start, context=context, worker_init_fn=worker_init_fn,
             collate_fn=collate_fn, seed=seed, timeout=timeout, transforms=transforms,
             restart=on_error == "skip", factory=factory, limit=num_workers,
+            preload=sorted(set(sys.modules) - self._modules_before),
         )
         source = self._workers.source
         del self._workers.source  # the loader holds it; the pool must not (see _workers.py)

@@ -163,6 +163,19 @@ def plain(v):
     return v
 
 
+def living(pids) -> set:
+    """Those of ``pids`` still running (not ended, reaped or not)."""
+    out = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    out.add(pid)
+        except OSError:
+            pass
+    return out
+
+
 def children() -> set:
     """The pids of this process's live (not zombie) children, but multiprocessing's own."""
     me = str(os.getpid())
@@ -386,9 +399,60 @@ def test_refused_setups_say_what_to_do():
         chute.Loader(Dicts(4), num_workers=1, worker_mode="processes")
 
 
-def test_forkserver_works_too():
+def test_every_start_method_gives_the_same_batches():
+    import multiprocessing
+
     kw = dict(batch_size=8, num_workers=2)
-    got = epochs(Dicts(20), "process", epochs=1, multiprocessing_context="forkserver", **kw)
+    want = epochs(Dicts(20), "thread", epochs=1, **kw)
+    for context in ("spawn", "forkserver", multiprocessing.get_context("spawn")):
+        assert epochs(Dicts(20), "process", epochs=1, multiprocessing_context=context, ready=True,
+                      **kw) == want, context
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_workers_are_forks_of_the_fork_server_not_of_this_process():
+    before = children()
+    with chute.Loader(Dicts(400), batch_size=8, num_workers=2, worker_mode="process") as loader:
+        started(loader)
+        (server,) = children() - before
+        assert loader._workers._server.popen.pid == server
+        pids = [p.pid for p in loader._workers.processes]
+        assert [parent_of(p) for p in pids] == [server, server]
+        # The server holds no thread (a fork copies none) and runs BLAS on one.
+        assert os.listdir(f"/proc/{server}/task") == [str(server)]
+        with open(f"/proc/{pids[0]}/environ", "rb") as f:
+            assert b"OPENBLAS_NUM_THREADS=1" in f.read().split(b"\0")
+        assert sum(len(b["name"]) for b in loader) == 400
+    assert children() <= before and not living(pids)
+    # Spawned workers are this process's children.
+    with chute.Loader(Dicts(40), batch_size=8, num_workers=1, worker_mode="process",
+                      multiprocessing_context="spawn") as loader:
+        started(loader, 1)
+        assert parent_of(loader._workers.processes[0].pid) == os.getpid()
+
+
+class Threaded(Dicts):
+    """Starts a thread where it is unpickled (in the fork server, too)."""
+
+    def __setstate__(self, state):
+        import threading
+
+        self.__dict__.update(state)
+        self.stop = threading.Event()
+        threading.Thread(target=self.stop.wait, args=(30,), daemon=True).start()
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "stop"}
+
+
+def test_a_fork_server_that_holds_threads_spawns_the_workers_instead():
+    kw = dict(batch_size=8, num_workers=2)
+    with pytest.warns(RuntimeWarning, match="holds threads .* spawned instead"):
+        got = epochs(Threaded(20), "process", epochs=1, ready=True, **kw)
     assert got == epochs(Dicts(20), "thread", epochs=1, **kw)
 
 
@@ -397,10 +461,11 @@ def test_no_process_or_shared_memory_is_left_behind():
     code = """
 import sys, numpy as np, chute
 sys.path.insert(0, {here!r})
-from test_process_workers import Dicts
+from test_process_workers import Dicts, started
 loader = chute.Loader(Dicts(500), batch_size=8, num_workers=2, worker_mode="process")
 it = iter(loader)
 next(it)
+started(loader)
 print(" ".join(str(p.pid) for p in loader._workers.processes), flush=True)
 if sys.argv[1] == "raise":
     raise ValueError("the training step failed")
@@ -441,24 +506,28 @@ def test_a_loader_dropped_without_close_ends_its_workers():
 
     loader = chute.Loader(Dicts(500), batch_size=8, num_workers=2, worker_mode="process",
                           on_error="skip")
+    before = children()
     next(iter(loader))
+    started(loader)
     pids = [p.pid for p in loader._workers.processes]
     del loader
     gc.collect()
     deadline = time.monotonic() + 15
-    while set(pids) & children() and time.monotonic() < deadline:
+    while (living(pids) or children() - before) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not set(pids) & children(), "the workers of a dropped loader are still running"
+    assert not living(pids), "the workers of a dropped loader are still running"
+    assert not children() - before, "the fork server of a dropped loader is still running"
 
 
 def test_a_killed_parent_takes_its_workers_with_it():
     code = """
 import sys, time, chute
 sys.path.insert(0, {here!r})
-from test_process_workers import Dicts
+from test_process_workers import Dicts, started
 loader = chute.Loader(Dicts(10**6), batch_size=8, num_workers=2, worker_mode="process")
 it = iter(loader)
 next(it)
+started(loader)
 print(" ".join(str(p.pid) for p in loader._workers.processes), flush=True)
 for _ in it:
     pass
@@ -555,6 +624,7 @@ def test_num_workers_auto_starts_worker_processes_as_the_consumer_needs_them(mon
     monkeypatch.setattr(chute._workers, "budget", lambda: (4, 1 << 30))
     before = children()
     loader = chute.Loader(Pace(), batch_size=4, num_workers="auto", worker_mode="process")
+    started(loader, 2)
     assert len(loader._workers.processes) == 2
     expect = 0
     deadline = time.monotonic() + 20
@@ -726,3 +796,43 @@ def test_a_worker_that_fails_to_start_is_the_next_batch_s_error():
         with pytest.raises(RuntimeError, match=r"(?s)worker process [01] \(pid \d+\) failed to "
                                                r"start: .*cannot open its database"):
             next(iter(loader))
+
+
+class LazyImport:
+    """Imports a module in ``__getitem__`` and says whether it had been imported already."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int):
+        had = "plistlib" in sys.modules
+        import plistlib  # noqa: F401
+
+        return {"had": had, "pid": os.getpid()}
+
+
+def test_the_fork_server_imports_what_reading_a_sample_imported_here():
+    sys.modules.pop("plistlib", None)
+    with chute.Loader(LazyImport(), batch_size=8, num_workers=2,
+                      worker_mode="process") as loader:
+        # The structure is read here, importing plistlib; the workers find it imported.
+        assert "plistlib" in sys.modules
+        started(loader)
+        pids = {p.pid for p in loader._workers.processes}
+        got = [(h, p) for b in loader for h, p in zip(b["had"].tolist(), b["pid"].tolist())]
+    assert {p for _, p in got} == pids and all(h for h, _ in got), got
+
+
+def test_worker_processes_start_with_the_first_batch_or_soon_after_the_loader():
+    loader = chute.Loader(Dicts(400), batch_size=8, num_workers=2, worker_mode="process")
+    assert not loader._workers.begun
+    # Never iterated: they start anyway, half a second on.
+    started(loader)
+    loader.close()
+    loader = chute.Loader(Dicts(400), batch_size=8, num_workers=2, worker_mode="process")
+    it = iter(loader)
+    next(it)
+    assert loader._workers.begun
+    started(loader)
+    assert sum(len(b["name"]) for b in it) == 392
+    loader.close()
