@@ -212,25 +212,51 @@ pub(super) fn check_pages(
 /// reader walks the element counts a hostile footer claims (a list of 2^60 bools in a 1 KB
 /// file kept it busy for minutes: found by the `parquet_file` fuzz target), where this
 /// walker refuses a count past the bytes left, and whatever arrow-rs would read otherwise
-/// than the protocol says (see [`thrift`]). Files without a readable footer length are left
-/// to arrow-rs to report.
-pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
+/// than the protocol says (see [`thrift`]). Returns the footer as arrow-rs is to read it
+/// (mended: see [`thrift::mended`]), or `None` for a file without a readable footer length,
+/// left to arrow-rs to report.
+pub(super) fn footer(data: &[u8]) -> Result<Option<Vec<u8>>, String> {
     let n = data.len();
     if n < 12 || &data[n - 4..] != b"PAR1" {
-        return Ok(());
+        return Ok(None);
     }
     let len = u32::from_le_bytes(data[n - 8..n - 4].try_into().expect("4 bytes")) as usize;
     if len > n - 8 {
-        return Ok(());
+        return Ok(None);
     }
-    let footer = &data[n - 8 - len..n - 8];
-    match thrift::reads_as_arrow_rs(footer, FILE_META_DATA) {
-        Some(()) => Ok(()),
+    match thrift::mended(&data[n - 8 - len..n - 8], FILE_META_DATA) {
+        Some(footer) => Ok(Some(footer)),
         None => Err(format!(
             "its footer ({len} bytes) is not valid Thrift: a count, length or type inside it \
              is corrupt"
         )),
     }
+}
+
+/// [`footer`]'s verdict alone.
+#[cfg(test)]
+pub(super) fn check_footer(data: &[u8]) -> Result<(), String> {
+    footer(data).map(drop)
+}
+
+/// The metadata of the Parquet file `data` as arrow-rs reads it, from its [`footer`].
+pub(super) fn metadata(
+    data: &bytes::Bytes,
+) -> Result<parquet::arrow::arrow_reader::ArrowReaderMetadata, String> {
+    use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+    let footer = footer(data)?;
+    chute_core::quiet::catch_quietly(|| {
+        match footer {
+            Some(footer) => {
+                parquet::file::metadata::ParquetMetaDataReader::decode_metadata(&footer)
+                    .and_then(|m| ArrowReaderMetadata::try_new(m.into(), ArrowReaderOptions::new()))
+            }
+            None => ArrowReaderMetadata::load(data, ArrowReaderOptions::new()),
+        }
+        .map_err(|e| format!("not a readable Parquet file: {e}"))
+    })
+    .map_err(|e| format!("not a readable Parquet file: {e}"))
+    .and_then(|r| r)
 }
 
 /// A page header, as far as chute reads pages itself ([`super::flat`]): the fields of

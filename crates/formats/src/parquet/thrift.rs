@@ -22,6 +22,14 @@
 //! trees) whose bytes give another type than the declared one, a field header of type 0,
 //! and an id past 16 bits. It also refuses every count past the bytes left. Bytes it accepts
 //! are read by arrow-rs exactly as walked here.
+//!
+//! A footer is mended ([`mended`]) rather than refused where the format allows it and
+//! arrow-rs alone would misread it: a field whose bytes give another type than the declared
+//! one is dropped, as Thrift's generated readers (parquet-cpp's, so pyarrow's) skip it (a
+//! writer that used a field id for something of its own: Dremio's parquet-mr wrote a list as
+//! `ColumnMetaData`'s field 15, now `bloom_filter_length`), and so is a dictionary page offset
+//! inside the file's leading magic (parquet-mr wrote 0 for "none"; parquet-cpp ignores it,
+//! arrow-rs would read the chunk from byte 0). The mended footer is what arrow-rs reads.
 
 // Thrift compact protocol types.
 pub(super) const TRUE: u8 = 1;
@@ -50,6 +58,9 @@ pub(super) enum Ty {
     I16,
     I32,
     I64,
+    /// An `i64` offset into the file, which a mended footer drops where it points inside the
+    /// leading magic (see [`mended`]).
+    Offset,
     Double,
     Binary,
     List(&'static Ty),
@@ -65,7 +76,7 @@ impl Ty {
             Ty::I8 => wire == I8,
             Ty::I16 => wire == I16,
             Ty::I32 => wire == I32,
-            Ty::I64 => wire == I64,
+            Ty::I64 | Ty::Offset => wire == I64,
             Ty::Double => wire == DOUBLE,
             Ty::Binary => wire == BINARY,
             Ty::List(_) => wire == LIST,
@@ -149,7 +160,7 @@ const COLUMN_META_DATA: Ty = Ty::Struct(&[
     (8, Ty::List(&KEY_VALUE)),
     (9, Ty::I64),
     (10, Ty::I64),
-    (11, Ty::I64),
+    (11, Ty::Offset),
     (12, STATISTICS),
     // PageEncodingStats.
     (
@@ -271,6 +282,33 @@ pub(super) const PAGE_HEADER: Ty = Ty::Struct(&[
 /// bytes give, or where the walk itself refuses the bytes.
 pub(super) fn reads_as_arrow_rs(bytes: &[u8], ty: Ty) -> Option<()> {
     Compact::new(bytes).value(ty, 0)
+}
+
+/// The footer `bytes` (a struct of type `ty`: [`FILE_META_DATA`]) as arrow-rs is to read it:
+/// with the fields the module's doc names dropped, or `None` where the walk refuses the
+/// bytes. The rest is copied as it is.
+pub(super) fn mended(bytes: &[u8], ty: Ty) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len());
+    Compact::new(bytes).mend(ty, 0, &mut out)?;
+    Some(out)
+}
+
+/// Writes a field header of `id` and type `wire` after the field `last` (compact protocol:
+/// the id as a delta from the last where it is 1 to 15, else in full).
+fn field_header(out: &mut Vec<u8>, id: i16, wire: u8, last: &mut i16) {
+    match id.checked_sub(*last) {
+        Some(delta @ 1..=15) => out.push(((delta as u8) << 4) | wire),
+        _ => {
+            out.push(wire);
+            let mut v = u64::from(((i32::from(id) << 1) ^ (i32::from(id) >> 31)) as u32);
+            while v >= 0x80 {
+                out.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            out.push(v as u8);
+        }
+    }
+    *last = id;
 }
 
 /// A cursor over Thrift compact-protocol bytes.
@@ -406,6 +444,72 @@ impl<'a> Compact<'a> {
         }
     }
 
+    /// Walks a value of declared type `ty` as [`Compact::value`] does, writing it to `out`
+    /// with the fields [`mended`] drops left out.
+    fn mend(&mut self, ty: Ty, depth: u32, out: &mut Vec<u8>) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match ty {
+            Ty::Struct(known) => {
+                let (mut last, mut written) = (0, 0);
+                while let Some((id, wire)) = self.field(&mut last)? {
+                    let start = self.at;
+                    match known.iter().find(|(k, _)| *k == id) {
+                        Some(&(_, Ty::Offset)) if wire == I64 => {
+                            // Within the magic ("PAR1"): not an offset of anything.
+                            if self.zigzag()? >= 4 {
+                                field_header(out, id, wire, &mut written);
+                                out.extend(&self.bytes[start..self.at]);
+                            }
+                        }
+                        Some(&(_, ty)) if ty.is(wire) => {
+                            field_header(out, id, wire, &mut written);
+                            self.mend(ty, depth + 1, out)?;
+                        }
+                        // Dropped, as Thrift's generated readers skip it.
+                        Some(_) => self.skip(wire, depth + 1)?,
+                        None => {
+                            self.skip(wire, depth + 1)?;
+                            field_header(out, id, wire, &mut written);
+                            out.extend(&self.bytes[start..self.at]);
+                        }
+                    }
+                }
+                out.push(0);
+                Some(())
+            }
+            Ty::List(elem) => {
+                let start = self.at;
+                let (wire, n) = self.list_header()?;
+                if n > 0 && !elem.is(wire) {
+                    return None;
+                }
+                out.extend(&self.bytes[start..self.at]);
+                for _ in 0..n {
+                    match elem {
+                        Ty::Struct(_) | Ty::List(_) => self.mend(*elem, depth + 1, out)?,
+                        _ => {
+                            let at = self.at;
+                            match elem {
+                                Ty::Bool => self.advance(1)?,
+                                _ => self.value(*elem, depth + 1)?,
+                            }
+                            out.extend(&self.bytes[at..self.at]);
+                        }
+                    }
+                }
+                Some(())
+            }
+            _ => {
+                let start = self.at;
+                self.value(ty, depth)?;
+                out.extend(&self.bytes[start..self.at]);
+                Some(())
+            }
+        }
+    }
+
     /// Reads a value of declared type `ty` as arrow-rs's typed readers do: a struct's known
     /// fields as their declared types (refused where the bytes give another), the rest
     /// skipped.
@@ -441,7 +545,7 @@ impl<'a> Compact<'a> {
             }
             Ty::Bool => Some(()),
             Ty::I8 => self.advance(1),
-            Ty::I16 | Ty::I32 | Ty::I64 => self.varint().map(drop),
+            Ty::I16 | Ty::I32 | Ty::I64 | Ty::Offset => self.varint().map(drop),
             Ty::Double => self.advance(8),
             Ty::Binary => {
                 let n = usize::try_from(self.varint()?).ok()?;
@@ -478,20 +582,28 @@ mod tests {
     }
 
     #[test]
-    fn a_known_field_of_another_type_is_refused() {
+    fn a_known_field_of_another_type_is_refused_or_dropped() {
         // FileMetaData's version (an i32) sent as a list of one i32, whose 7-byte value is,
         // to arrow-rs (which reads an i32 from the list header), field 16: a list claiming
         // 2^31 - 1 bools, which it skips taking no byte each.
         let footer = [0x19, 0x15, 0xf9, 0xf1, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00];
         assert!(Compact::new(&footer).skip(STRUCT, 0).is_some());
         assert_eq!(reads_as_arrow_rs(&footer, FILE_META_DATA), None);
+        // A footer drops it, as Thrift's generated readers skip it: arrow-rs never sees it
+        // (and reports the required field missing, at once).
+        assert_eq!(mended(&footer, FILE_META_DATA), Some(vec![0x00]));
         let start = Instant::now();
-        assert!(
-            pages::check_footer(&file(&footer))
-                .unwrap_err()
-                .contains("not valid Thrift")
-        );
+        let file = Bytes::from(file(&footer));
+        assert!(pages::check_footer(&file).is_ok());
+        let err = pages::metadata(&file).unwrap_err();
+        assert!(err.contains("not a readable Parquet file"), "{err}");
         assert!(start.elapsed() < Duration::from_secs(1));
+        // A dropped field's neighbours keep their ids: version (1) as a list, then
+        // num_rows (3, an i64 of 7) written with a delta from 1, rewritten as one from 0.
+        assert_eq!(
+            mended(&[0x19, 0x15, 0x02, 0x26, 0x0e, 0x00], FILE_META_DATA),
+            Some(vec![0x36, 0x0e, 0x00])
+        );
         // The same field as an i32 reads; so does an unknown field of any type, and a known
         // one deep inside (a schema element's name, a binary, given as an i32: refused).
         assert!(reads_as_arrow_rs(&[0x15, 0x04, 0x00], FILE_META_DATA).is_some());
@@ -521,6 +633,28 @@ mod tests {
     }
 
     #[test]
+    fn a_file_with_a_field_of_its_own_and_a_dictionary_offset_of_zero_is_mended() {
+        // parquet-testing's dict-page-offset-zero.parquet (testdata/parquet/README.md).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/parquet");
+        let data = Bytes::from(std::fs::read(dir.join("dict-page-offset-zero.parquet")).unwrap());
+        let footer = pages::footer(&data).unwrap().unwrap();
+        assert!(footer.len() < 550);
+        let meta = pages::metadata(&data).unwrap();
+        let chunk = meta.metadata().row_group(0).column(0);
+        assert_eq!(chunk.dictionary_page_offset(), None);
+        assert_eq!(chunk.bloom_filter_length(), None);
+        assert_eq!(chunk.data_page_offset(), 4);
+        assert_eq!(meta.metadata().file_metadata().num_rows(), 39);
+        // FileMetaData { row_groups: [{ columns: [{ meta_data: { dictionary_page_offset:
+        // 100 } }] }] }: an offset past the magic is kept, one of 0 dropped.
+        let footer = [0x49, 0x1c, 0x19, 0x1c, 0x3c, 0xb6, 0xc8, 0x01, 0, 0, 0, 0];
+        assert_eq!(mended(&footer, FILE_META_DATA).unwrap(), footer);
+        let footer = [0x49, 0x1c, 0x19, 0x1c, 0x3c, 0xb6, 0x00, 0, 0, 0, 0];
+        let dropped = [0x49, 0x1c, 0x19, 0x1c, 0x3c, 0, 0, 0, 0];
+        assert_eq!(mended(&footer, FILE_META_DATA).unwrap(), dropped);
+    }
+
+    #[test]
     fn the_fuzzers_typed_desync_is_refused_at_once() {
         // Found by the parquet_file fuzz target: a 1,098-byte file whose footer kept
         // arrow-rs's parser busy for minutes.
@@ -536,6 +670,15 @@ mod tests {
     /// messages) walk, and that arrow-rs reads the footer; returns its row groups.
     fn accepted(data: &[u8], name: &str) -> usize {
         pages::check_footer(data).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Nothing in a well-formed footer is mended: the bytes arrow-rs reads are the file's.
+        let n = data.len();
+        let len = u32::from_le_bytes(data[n - 8..n - 4].try_into().unwrap()) as usize;
+        let footer = &data[n - 8 - len..n - 8];
+        assert_eq!(
+            mended(footer, FILE_META_DATA).as_deref(),
+            Some(footer),
+            "{name}"
+        );
         let meta = parquet::file::metadata::ParquetMetaDataReader::new()
             .parse_and_finish(&Bytes::copy_from_slice(data))
             .unwrap();
