@@ -63,6 +63,8 @@ def dataset(
     chunk_rows: Optional[int] = None,
     stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
     cache_bytes: Optional[int] = None,
+    nulls: str = "mask",
+    fill_null: Optional[float] = None,
     index: str = "auto",
     raw: bool = False,
     verify_checksums: bool = True,
@@ -84,7 +86,7 @@ def dataset(
     unless given; packing options as for ``tokens``. ``stack`` (Parquet, Arrow):
     ``{name: columns}`` stacks numeric columns of one dtype into one ``[B, k]`` column on the
     workers (columns a list, or a string such as ``"f{0..15}"``). ``cache_bytes`` (Parquet):
-    as for ``parquet``.
+    as for ``parquet``. ``nulls`` and ``fill_null`` (Parquet, Arrow): as for ``parquet``.
 
     Tokenized Parquet or Arrow (Hugging Face's layout, one document a row) pack with ``pack``:
     the ids in ``columns[0]`` (default ``input_ids``), and with ``columns=["input_ids",
@@ -251,10 +253,19 @@ def parquet(
     chunk_rows: Optional[int] = None,
     stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
     cache_bytes: Optional[int] = None,
+    nulls: str = "mask",
+    fill_null: Optional[float] = None,
 ) -> Source:
     """Parquet files, paths or URLs (downloaded whole when opened): projected columns; numeric
     ``[B]``, fixed-size lists ``[B, k]``; ``stack={"x": ["f0", "f1"]}`` (or ``"f{0..15}"``)
     stacks numeric columns of one dtype into one ``[B, k]`` column ``x`` on the workers.
+    Timestamps, dates, times and durations come out as int64 counts of their unit, decimals as
+    float64, fixed-size binary as ``[B, k]`` uint8, dictionary columns as their values.
+    ``nulls="mask"`` (the default): a column that holds nulls (as the files' metadata says)
+    has its null slots filled (``fill_null`` for numbers, else NaN for floats and 0 for
+    integers; false, empty bytes, text and lists) and a ``<name>_valid`` bool column, true
+    where a value is present, in every batch; ``nulls="raise"``: a null is an error naming the
+    file, the column and the row.
     Shards are chunks of ``chunk_rows`` rows (default 16,384) of a row group. A row group is
     decoded a piece at a time (a run of whole chunks, about 16 MiB decoded), and a piece leaves
     memory as soon as the epoch has read its rows (streaming); ``cache_bytes`` keeps the
@@ -270,11 +281,14 @@ def arrow(
     columns: Optional[Sequence[str]] = None,
     chunk_rows: Optional[int] = None,
     stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
+    nulls: str = "mask",
+    fill_null: Optional[float] = None,
 ) -> Source:
     """Arrow IPC files or streams (paths or URLs, folders, globs, manifests; memory-mapped), or
     Arrow data in memory (anything with ``__arrow_c_stream__``: a pyarrow ``Table``, a Polars
     ``DataFrame``), read in place: numbers and bools ``[B]``, fixed-size lists ``[B, k]``,
-    lists of numbers one array per sample, binary and strings lists."""
+    lists of numbers one array per sample, binary and strings lists; other types and nulls
+    (``nulls``, ``fill_null``) as for ``parquet``."""
 
 def arrow_table(
     data: Any,
@@ -284,6 +298,8 @@ def arrow_table(
     chunk_rows: Optional[int] = None,
     stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
     name: str = "arrow",
+    nulls: str = "mask",
+    fill_null: Optional[float] = None,
 ) -> Source:
     """Arrow data in memory (``__arrow_c_stream__``) as a source, with an optional row mapping
     (little-endian uint64 bytes: sample ``i`` is row ``indices[i]``); what ``chute.Loader``

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use chute::DType;
 use chute::dataset::{Dataset, Long, OpenOptions, Opened, Pack, PackOptions};
+use chute::formats::Fill;
 use chute::formats::ipc::{ArrowOptions, ArrowSource};
 use chute::formats::{Format, IndexMode};
 use pyo3::prelude::*;
@@ -199,7 +200,7 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
                     columns=None, chunk_rows=None, stack=None, cache_bytes=None,
-                    index="auto", raw=false,
+                    nulls="mask", fill_null=None, index="auto", raw=false,
                     verify_checksums=true, pack=None, eos_id=None, pad_id=0, long="split",
                     pack_window=1024, pack_seed=0, pad_to_multiple_of=1, bucket=0,
                     tokenizer=None, text_field="text", add_special_tokens=true))]
@@ -215,6 +216,8 @@ pub(crate) fn dataset(
     chunk_rows: Option<usize>,
     stack: Option<&Bound<'_, PyAny>>,
     cache_bytes: Option<usize>,
+    nulls: &str,
+    fill_null: Option<f64>,
     index: &str,
     raw: bool,
     verify_checksums: bool,
@@ -263,6 +266,8 @@ pub(crate) fn dataset(
         chunk_rows,
         stack: self::stack(stack)?,
         cache_bytes,
+        nulls: self::nulls(nulls)?,
+        fill_null: Fill { number: fill_null },
         index: index_mode(index)?,
         raw,
         verify_checksums,
@@ -345,7 +350,9 @@ pub(crate) fn tfrecord(
 /// decoded a piece (about 16 MiB) at a time and a piece leaves memory once read; `cache_bytes`
 /// keeps the decoded data of files that fit in that many bytes for later epochs instead.
 #[pyfunction]
-#[pyo3(signature = (urls, *, columns=None, chunk_rows=None, stack=None, cache_bytes=None))]
+#[pyo3(signature = (urls, *, columns=None, chunk_rows=None, stack=None, cache_bytes=None,
+                    nulls="mask", fill_null=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn parquet(
     py: Python<'_>,
     urls: &Bound<'_, PyAny>,
@@ -353,6 +360,8 @@ pub(crate) fn parquet(
     chunk_rows: Option<usize>,
     stack: Option<&Bound<'_, PyAny>>,
     cache_bytes: Option<usize>,
+    nulls: &str,
+    fill_null: Option<f64>,
 ) -> PyResult<Source> {
     let options = OpenOptions {
         format: Some(Format::Parquet),
@@ -360,6 +369,8 @@ pub(crate) fn parquet(
         chunk_rows,
         cache_bytes,
         stack: self::stack(stack)?,
+        nulls: self::nulls(nulls)?,
+        fill_null: Fill { number: fill_null },
         ..Default::default()
     };
     open(py, urls, options)
@@ -375,23 +386,30 @@ pub(crate) fn parquet(
 /// Record batches are split into shards of at most `chunk_rows` rows (default 16,384).
 /// `stack` as for `parquet`.
 #[pyfunction]
-#[pyo3(signature = (data, *, columns=None, chunk_rows=None, stack=None))]
+#[pyo3(signature = (data, *, columns=None, chunk_rows=None, stack=None, nulls="mask",
+                    fill_null=None))]
 pub(crate) fn arrow(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     columns: Option<Vec<String>>,
     chunk_rows: Option<usize>,
     stack: Option<&Bound<'_, PyAny>>,
+    nulls: &str,
+    fill_null: Option<f64>,
 ) -> PyResult<Source> {
     if data.hasattr("__arrow_c_stream__")? {
         let name = data.get_type().name()?.to_string();
-        return arrow_table(py, data, None, columns, chunk_rows, stack, &name);
+        return arrow_table(
+            py, data, None, columns, chunk_rows, stack, &name, nulls, fill_null,
+        );
     }
     let options = OpenOptions {
         format: Some(Format::Arrow),
         columns,
         chunk_rows,
         stack: self::stack(stack)?,
+        nulls: self::nulls(nulls)?,
+        fill_null: Fill { number: fill_null },
         ..Default::default()
     };
     open(py, data, options)
@@ -406,7 +424,8 @@ pub(crate) fn arrow(
 /// data in errors.
 #[pyfunction]
 #[pyo3(signature = (data, *, indices=None, columns=None, chunk_rows=None, stack=None,
-                    name="arrow"))]
+                    name="arrow", nulls="mask", fill_null=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn arrow_table(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -415,6 +434,8 @@ pub(crate) fn arrow_table(
     chunk_rows: Option<usize>,
     stack: Option<&Bound<'_, PyAny>>,
     name: &str,
+    nulls: &str,
+    fill_null: Option<f64>,
 ) -> PyResult<Source> {
     let capsule = data.call_method0("__arrow_c_stream__")?;
     let capsule = capsule.cast::<PyCapsule>()?;
@@ -428,6 +449,8 @@ pub(crate) fn arrow_table(
         columns,
         chunk_rows,
         stack: self::stack(stack)?,
+        nulls: self::nulls(nulls)?,
+        fill_null: Fill { number: fill_null },
     };
     let stream = stream.as_ptr() as usize;
     let inner = py
@@ -446,6 +469,12 @@ pub(crate) fn arrow_table(
         mixture: None,
         interrupt: None,
     })
+}
+
+/// A `nulls` argument: `"mask"` or `"raise"`.
+fn nulls(s: &str) -> PyResult<chute::formats::Nulls> {
+    chute::formats::Nulls::parse(s)
+        .map_err(|why| errors::from_config(chute::ConfigError::new("nulls", why)))
 }
 
 /// A `stack` argument: `{name: columns}`, the columns a list of names or one string of

@@ -107,9 +107,160 @@ def test_bad_arrow_files_are_named(tmp_path):
     with ipc.new_file(nulls, pa.schema([("v", pa.int32())])) as w:
         w.write_table(pa.table({"v": pa.array([1, None, 3], type=pa.int32())}))
     with pytest.raises(chute.CorruptDataError, match=r'"v" is null in row 1'):
-        list(chute.Loader(chute.dataset(nulls), batch_size=3))
+        list(chute.Loader(chute.dataset(nulls, nulls="raise"), batch_size=3))
+    with pytest.raises(chute.ConfigError, match="nulls"):
+        chute.dataset(nulls, nulls="drop")
     with pytest.raises(chute.ConfigError, match="has no column"):
         chute.dataset(nulls, columns=["w"])
+
+
+def typed_table(n=300):
+    """Columns of many Arrow types, most with nulls, as pyarrow builds them."""
+    import datetime
+    import decimal
+
+    rng = np.random.default_rng(7)
+    hole = rng.random(n) < 0.2
+
+    def some(values):
+        return [None if h else v for h, v in zip(hole, values)]
+
+    base = datetime.datetime(2024, 3, 1, tzinfo=datetime.timezone.utc)
+    return pa.table({
+        "f": pa.array(some(rng.standard_normal(n).astype(np.float32)), pa.float32()),
+        "i": pa.array(some(range(n)), pa.int64()),
+        "b": pa.array(some([k % 3 == 0 for k in range(n)]), pa.bool_()),
+        "s": pa.array(some([f"row {k}" for k in range(n)]), pa.string()),
+        "ts": pa.array(some([base + datetime.timedelta(seconds=k) for k in range(n)]),
+                       pa.timestamp("us", tz="UTC")),
+        "day": pa.array(some([datetime.date(2020, 1, 1) + datetime.timedelta(days=k)
+                              for k in range(n)]), pa.date32()),
+        "clock": pa.array(some([k * 1_000_000 for k in range(n)]), pa.time64("ns")),
+        "wait": pa.array(some([datetime.timedelta(milliseconds=k) for k in range(n)]),
+                         pa.duration("ms")),
+        "price": pa.array(some([decimal.Decimal(k * 7) / 1000 for k in range(n)]),
+                          pa.decimal128(12, 3)),
+        "uuid": pa.array(some([bytes([k % 256]) * 16 for k in range(n)]), pa.binary(16)),
+        "cat": pa.array(some([["red", "green", "blue"][k % 3] for k in range(n)])).dictionary_encode(),
+        "ids": pa.array(some([[k, None, -k][: k % 4] for k in range(n)]), pa.list_(pa.int32())),
+        "nothing": pa.nulls(n),
+        "dense": pa.array(np.arange(n, dtype=np.int32)),
+    })
+
+
+def pyarrow_values(tbl, name):
+    """pyarrow's values of column `name` as chute gives them: (values, present)."""
+    col = tbl.column(name).combine_chunks()
+    present = [v is not None for v in col.to_pylist()]
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.dictionary_decode()
+        t = col.type
+    if pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t):
+        values = col.cast(pa.int64()).to_pylist()
+    elif pa.types.is_date32(t):
+        values = col.cast(pa.int32()).to_pylist()
+    elif pa.types.is_decimal(t):
+        values = [None if v is None else float(v) for v in col.to_pylist()]
+    elif pa.types.is_null(t):
+        values = [None] * len(col)
+    else:
+        values = col.to_pylist()
+    return values, present
+
+
+def fill_of(name, v):
+    """What a null of column `name` reads as."""
+    if name in ("f", "price"):  # floats (a decimal is a float64)
+        return "nan"
+    if name in ("s", "cat"):  # text (a dictionary of strings is its strings)
+        return ""
+    if name == "uuid":
+        return [0] * 16
+    if name == "ids":
+        return []
+    if name in ("b", "nothing"):
+        return False
+    return 0
+
+
+def plain_value(v):
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+@pytest.mark.parametrize("how", ["parquet", "arrow-file", "arrow-stream", "table", "hf"])
+def test_arrow_types_and_nulls_read_with_pyarrow_values(tmp_path, how):
+    pq = pytest.importorskip("pyarrow.parquet")
+    tbl = typed_table()
+    if how == "parquet":
+        path = tmp_path / "typed.parquet"
+        pq.write_table(tbl, path, row_group_size=128)
+        src = chute.parquet(path)
+    elif how == "arrow-file":
+        path = tmp_path / "typed.arrow"
+        with ipc.new_file(path, tbl.schema) as w:
+            w.write_table(tbl, max_chunksize=100)
+        src = chute.dataset(path)
+    elif how == "arrow-stream":
+        path = tmp_path / "typed.arrows"
+        with ipc.new_stream(path, tbl.schema) as w:
+            w.write_table(tbl, max_chunksize=100)
+        src = chute.arrow(path)
+    elif how == "table":
+        src = chute.arrow(tbl)
+    else:  # a Hugging Face dataset over the table, saved and loaded as datasets does
+        hf = pytest.importorskip("datasets")
+        hf.Dataset(hf.table.InMemoryTable(tbl)).save_to_disk(str(tmp_path / "hf"))
+        src = hf.load_from_disk(str(tmp_path / "hf"))
+    got = all_rows(chute.Loader(src, batch_size=64, shuffle=True, seed=3))
+    n = tbl.num_rows
+    masked = [c for c in tbl.column_names if c != "dense"]
+    assert list(got) == tbl.column_names + [f"{c}_valid" for c in masked]
+    order = np.argsort([int(v) for v in got["dense"]])
+    for name in tbl.column_names:
+        values, present = pyarrow_values(tbl, name)
+        rows = [plain_value(got[name][k]) for k in order]
+        if name != "dense":
+            assert [bool(got[f"{name}_valid"][k]) for k in order] == present, name
+        for r in range(n):
+            want = values[r] if present[r] else fill_of(name, None)
+            have = rows[r]
+            if want == "nan":
+                assert np.isnan(have), (name, r, have)
+            elif name == "f":
+                assert have == pytest.approx(want, rel=1e-6), (name, r)
+            elif name == "price":
+                assert have == pytest.approx(want, rel=1e-15), (name, r)
+            elif name == "uuid":
+                assert list(have) == (list(want) if present[r] else want), (name, r)
+            elif name == "ids":
+                assert list(have) == [0 if x is None else x for x in want], (name, r)
+            else:
+                assert have == want, (name, r, have, want)
+
+
+def test_null_fill_and_raise(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "holes.parquet"
+    pq.write_table(pa.table({"x": pa.array([1.5, None, 2.5], pa.float64()),
+                             "k": pa.array([None, 4, 5], pa.int16())}), path)
+    b = next(iter(chute.Loader(chute.parquet(path, fill_null=-1), batch_size=3)))
+    assert b["x"].tolist() == [1.5, -1.0, 2.5] and b["k"].tolist() == [-1, 4, 5]
+    assert b["x_valid"].tolist() == [True, False, True]
+    assert b["k_valid"].tolist() == [False, True, True]
+    with pytest.raises(chute.CorruptDataError, match=r'"x" is null in row 1'):
+        list(chute.Loader(chute.parquet(path, nulls="raise"), batch_size=3))
+    # A column named like a mask clashes, clearly.
+    pq.write_table(pa.table({"x": pa.array([1.0, None]), "x_valid": pa.array([1, 2])}), path)
+    with pytest.raises(chute.ConfigError, match="x_valid"):
+        chute.parquet(path)
+    assert len(chute.parquet(path, nulls="raise")) == 2
 
 
 datasets = pytest.importorskip("datasets")

@@ -171,7 +171,11 @@ def test_parquet_numeric_columns_read_as_pyarrow_writes_them(tmp_path, compressi
     holes = pa.table({"x": pa.array([1.5, None, 2.5] * 1000, pa.float32())})
     pq.write_table(holes, path, compression=compression, data_page_version=version)
     with pytest.raises(chute.CorruptDataError, match=r"\"x\" is null in row 1"):
-        list(chute.Loader(chute.parquet(path), batch_size=100))
+        list(chute.Loader(chute.parquet(path, nulls="raise"), batch_size=100))
+    # By default the nulls are NaN, their places in x_valid.
+    got = next(iter(chute.Loader(chute.parquet(path), batch_size=3)))
+    assert got["x_valid"].tolist() == [True, False, True]
+    assert got["x"][0] == 1.5 and np.isnan(got["x"][1])
 
 
 @pytest.mark.parametrize("shuffle", [False, "block", True])

@@ -49,6 +49,14 @@ pub(crate) struct DatasetArgs {
     /// (brace patterns allowed: `x=f{0..15}`); repeat for several stacks.
     #[arg(long, value_parser = parse_stack)]
     pub(crate) stack: Vec<(String, Vec<String>)>,
+    /// Parquet and Arrow: what a null does: mask (its slot filled, and a <name>_valid bool
+    /// column, true where a value is present, for each column that holds nulls) or raise.
+    #[arg(long, default_value = "mask", value_parser = chute::formats::Nulls::parse)]
+    pub(crate) nulls: chute::formats::Nulls,
+    /// Parquet and Arrow: the number null slots of numeric columns get [default: NaN for
+    /// floats, 0 for integers].
+    #[arg(long)]
+    pub(crate) fill_null: Option<f64>,
     /// Token files and Megatron datasets: pack documents into rows: concat (windows of
     /// seq_len + 1 tokens across documents), document (the same with position_ids,
     /// segment_ids, cu_seqlens), best_fit (whole documents in rows of seq_len, padded) or pad
@@ -192,6 +200,10 @@ impl DatasetArgs {
             columns: self.columns.clone(),
             chunk_rows: self.chunk_rows,
             stack: self.stack.clone(),
+            nulls: self.nulls,
+            fill_null: chute::formats::Fill {
+                number: self.fill_null,
+            },
             cache_bytes: self
                 .decoded_cache
                 .map(|b| usize::try_from(b).unwrap_or(usize::MAX)),

@@ -494,6 +494,8 @@ fn open_arrow(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Source
         columns: options.columns.clone(),
         chunk_rows: options.chunk_rows,
         stack: options.stack.clone(),
+        nulls: options.nulls,
+        fill_null: options.fill_null,
     };
     Ok(Arc::new(chute_formats::ipc::ArrowSource::open(
         files, opts,
@@ -516,6 +518,8 @@ fn open_parquet(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Sour
         chunk_rows: options.chunk_rows,
         stack: options.stack.clone(),
         cache_bytes: options.cache_bytes,
+        nulls: options.nulls,
+        fill_null: options.fill_null,
         ..Default::default()
     };
     Ok(Arc::new(chute_formats::parquet::ParquetSource::open(

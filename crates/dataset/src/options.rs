@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use chute_core::{DType, TextEncoder};
-use chute_formats::{Format, IndexMode, Stack};
+use chute_formats::{Fill, Format, IndexMode, Nulls, Stack};
 
 use crate::pack::PackOptions;
 
@@ -27,6 +27,11 @@ pub struct OpenOptions {
     pub chunk_rows: Option<usize>,
     /// Parquet and Arrow: columns stacked into one `[B, k]` column (see [`Stack`]).
     pub stack: Stack,
+    /// Parquet and Arrow: what a null does (filled, with a `<name>_valid` column, by
+    /// default; or an error).
+    pub nulls: Nulls,
+    /// Parquet and Arrow: what null slots are filled with.
+    pub fill_null: Fill,
     /// Parquet: bytes of decoded data kept in memory for later epochs (default: none kept,
     /// pieces of row groups are dropped once read; see `ParquetOptions::cache_bytes`).
     pub cache_bytes: Option<usize>,
@@ -67,6 +72,8 @@ impl Default for OpenOptions {
             columns: None,
             chunk_rows: None,
             stack: Stack::new(),
+            nulls: Nulls::Mask,
+            fill_null: Fill::default(),
             cache_bytes: None,
             index: IndexMode::Auto,
             raw: false,

@@ -16,9 +16,12 @@
 //! | `binary`, `large_binary`, `binary_view` | variable-length bytes |
 //! | `string`, `large_string`, `string_view` | variable-length text |
 //! | `struct<bytes: binary, ...>` (Hugging Face `Image`, `Audio`) | its `bytes`, as bytes |
+//! | temporal, decimal, fixed-size binary, dictionary and null columns | as [`crate::arrow_types`] brings them to these |
 //!
-//! Nulls are refused by the sources with the column and row named: batches have no null
-//! representation.
+//! A column that holds nulls (as the files say when the source is opened) has its null slots
+//! filled and a `<name>_valid` bool column, true where a value is present, at the end of every
+//! batch ([`crate::Nulls::Mask`], the default); under [`crate::Nulls::Raise`] a null is an error
+//! naming the column and the row.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -28,6 +31,7 @@ use arrow_array::types::{
 use std::sync::Arc;
 
 use crate::Stack;
+use crate::arrow_types::{self, Fill};
 use arrow_array::{
     Array as ArrowArray, ArrayRef, BinaryArray, FixedSizeListArray, PrimitiveArray, RecordBatch,
     StringArray, make_array,
@@ -89,7 +93,7 @@ fn bytes_child(dt: &DataType) -> Option<usize> {
 
 /// What `field` becomes in a batch, or an error naming it and `origin`.
 pub(crate) fn kind_of(field: &ArrowField, origin: &str) -> Result<Kind, Error> {
-    let dt = field.data_type();
+    let dt = &arrow_types::normal_type(field.data_type());
     if let Some(d) = numeric(dt) {
         return Ok(Kind::Scalar(d));
     }
@@ -113,9 +117,10 @@ fn unsupported(field: &ArrowField, origin: &str) -> Error {
     ConfigError::new(
         "columns",
         format!(
-            "{origin}: column {:?} has type {}; chute reads integer, float and bool columns, \
-             fixed-size and variable-length lists of numbers, binary and string columns and \
-             structs with a `bytes` field (project it away with columns=[...] or convert it)",
+            "{origin}: column {:?} has type {}; chute reads integer, float, bool, temporal, \
+             decimal and dictionary columns, fixed-size and variable-length lists of them, \
+             binary and string columns and structs with a `bytes` field (project it away \
+             with columns=[...] or convert it)",
             field.name(),
             field.data_type()
         ),
@@ -143,6 +148,25 @@ pub(crate) fn given<T>(contents: &[T], what: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Adds one file's `holes` (per projected column: whether it holds a null) to `nulls`, what
+/// the files before it hold.
+pub(crate) fn add_nulls(nulls: &mut Vec<bool>, holes: impl IntoIterator<Item = bool>) {
+    for (c, hole) in holes.into_iter().enumerate() {
+        match nulls.get_mut(c) {
+            Some(n) => *n |= hole,
+            None => nulls.push(hole),
+        }
+    }
+}
+
+/// Which columns get a `<name>_valid` column: those that hold `nulls`, unless they raise.
+pub(crate) fn masked(nulls: &[bool], policy: crate::Nulls) -> Vec<bool> {
+    nulls
+        .iter()
+        .map(|&n| n && policy == crate::Nulls::Mask)
+        .collect()
+}
+
 /// Where a part of a columnar source lies, for errors: the file (or the data's name), the
 /// byte offset of the part in it, and what the part is (`row group 3`, `record batch 2`).
 #[derive(Debug)]
@@ -159,18 +183,33 @@ pub(crate) struct Table {
     pub(crate) names: Vec<String>,
     pub(crate) kinds: Vec<Kind>,
     pub(crate) layout: Layout,
+    /// What null slots of the masked columns (`layout.masked`) are filled with.
+    pub(crate) fill: Fill,
 }
 
 impl Table {
-    /// The columns `projected` (of `origin`) laid out with `stack`.
-    pub(crate) fn new(projected: Projected, stack: &Stack, origin: &str) -> Result<Table, Error> {
+    /// The columns `projected` (of `origin`) laid out with `stack`; those `masked` get a
+    /// `<name>_valid` column and their nulls filled with `fill`.
+    pub(crate) fn new(
+        projected: Projected,
+        stack: &Stack,
+        origin: &str,
+        masked: Vec<bool>,
+        fill: Fill,
+    ) -> Result<Table, Error> {
         let Projected { names, kinds, .. } = projected;
-        let layout = Layout::new(&names, &kinds, stack, origin)?;
+        let layout = Layout::new(&names, &kinds, stack, origin, masked)?;
         Ok(Table {
             names,
             kinds,
             layout,
+            fill,
         })
+    }
+
+    /// The fill for column `c`'s nulls, where it is masked.
+    pub(crate) fn fill_of(&self, c: usize) -> Option<Fill> {
+        self.layout.masked[c].then_some(self.fill)
     }
 
     /// The source's manifest: `shards` of `format`, with the columns (and the stacks) as
@@ -183,6 +222,16 @@ impl Table {
     ) -> chute_core::Manifest {
         let mut manifest = chute_core::Manifest::new(format.name(), shards)
             .with_param("columns", self.names.join(","));
+        let masked: Vec<&str> = (0..self.names.len())
+            .filter(|&c| self.layout.masked[c])
+            .map(|c| self.names[c].as_str())
+            .collect();
+        if !masked.is_empty() {
+            let fill = self.fill.number.map_or("default".into(), |x| x.to_string());
+            manifest = manifest
+                .with_param("valid", masked.join(","))
+                .with_param("fill_null", fill);
+        }
         if !stack.is_empty() {
             manifest = manifest.with_param("stack", stack_param(stack));
         }
@@ -237,8 +286,10 @@ impl Table {
             at.origin,
             at.offset,
             format!(
-                "column {:?} is null in row {row} of {}; chute batches have no nulls: fill them \
-                 (or filter those rows) first",
+                "column {:?} is null in row {row} of {} (read with nulls=\"raise\", or the \
+                 file's metadata said the column holds none); read it with nulls=\"mask\" \
+                 (its nulls filled, with a <name>_valid column), or fill them (or filter \
+                 those rows) first",
                 self.names[c], at.part
             ),
         )
@@ -491,6 +542,9 @@ pub(crate) enum Out {
         members: Vec<(usize, usize)>,
         width: usize,
     },
+    /// Projected column `c`'s validity: `<name>_valid`, `[B]` bool, true where a value is
+    /// present.
+    Valid(usize),
 }
 
 /// A batch's fields, in order: the projected columns, with a [`Stack`]'s members replaced by
@@ -498,6 +552,8 @@ pub(crate) enum Out {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub(crate) outs: Vec<Out>,
+    /// Per projected column: whether its nulls are filled, with an [`Out::Valid`].
+    pub(crate) masked: Vec<bool>,
 }
 
 impl Layout {
@@ -507,6 +563,7 @@ impl Layout {
         kinds: &[Kind],
         stack: &Stack,
         origin: &str,
+        masked: Vec<bool>,
     ) -> Result<Layout, Error> {
         let bad = |why: String| -> Error { ConfigError::new("stack", why).into() };
         let mut group_of: Vec<Option<usize>> = vec![None; names.len()];
@@ -570,29 +627,30 @@ impl Layout {
                 Some(s) => outs.extend(stacked[*s].take()),
             }
         }
+        outs.extend((0..names.len()).filter(|&c| masked[c]).map(Out::Valid));
+        let layout = Layout { outs, masked };
         let mut seen = std::collections::HashSet::new();
-        for out in &outs {
-            let name = match out {
-                Out::Column(c) => &names[*c],
-                Out::Stacked { name, .. } => name,
-            };
-            if !seen.insert(name) {
+        for name in layout.names(names) {
+            if seen.contains(&name) {
                 return Err(bad(format!(
-                    "the batch would have two fields named {name:?}; name the stack otherwise"
+                    "the batch would have two fields named {name:?}; name the stack otherwise \
+                     (a column that holds nulls adds <name>_valid: rename a column that \
+                     clashes, or read with nulls=\"raise\")"
                 )));
             }
+            seen.insert(name);
         }
-        Ok(Layout { outs })
+        Ok(layout)
     }
 
     /// The batch's field names, in order.
-    #[cfg(feature = "parquet")]
     pub(crate) fn names(&self, names: &[String]) -> Vec<String> {
         self.outs
             .iter()
             .map(|out| match out {
                 Out::Column(c) => names[*c].clone(),
                 Out::Stacked { name, .. } => name.clone(),
+                Out::Valid(c) => format!("{}_valid", names[*c]),
             })
             .collect()
     }
@@ -623,12 +681,19 @@ pub(crate) fn sample_at(
         match out {
             &Out::Column(c) => {
                 let col = columns[c].as_ref();
-                if col.is_null(row) {
+                if col.is_null(row) && !layout.masked[c] {
                     return Err(null(c));
                 }
                 sample.fields.push((
                     FieldName::Owned(names[c].clone()),
                     field_at(col, kinds[c], row),
+                ));
+            }
+            &Out::Valid(c) => {
+                let valid = u8::from(columns[c].is_valid(row));
+                sample.fields.push((
+                    FieldName::Owned(format!("{}_valid", names[c])),
+                    Field::Array(Array::new(DType::Bool, vec![], Bytes::from(vec![valid]))),
                 ));
             }
             Out::Stacked {
@@ -641,7 +706,7 @@ pub(crate) fn sample_at(
                 let mut v = Vec::with_capacity(width * s);
                 for &(c, k) in members {
                     let col = columns[c].as_ref();
-                    if col.is_null(row) {
+                    if col.is_null(row) && !layout.masked[c] {
                         return Err(null(c));
                     }
                     v.extend_from_slice(&fixed_values(col, kinds[c])[row * k * s..][..k * s]);
@@ -700,6 +765,9 @@ pub(crate) fn gather(
         _ => None,
     };
     let nulls = |c: usize| -> Result<(), Error> {
+        if layout.masked[c] {
+            return Ok(()); // filled when decoded; the places are its `_valid` column
+        }
         for (p, part) in parts.iter().enumerate() {
             if part[c].null_count() > 0
                 && let Some(&(_, row)) = rows
@@ -737,6 +805,7 @@ pub(crate) fn gather(
                     vec![n, *width],
                     members.iter().map(|&(c, _)| c).collect(),
                 ),
+                Out::Valid(_) => unreachable!("a validity column is not in a row-major copy"),
             };
             for c in members {
                 nulls(c)?;
@@ -795,6 +864,14 @@ pub(crate) fn gather(
                 }
                 let tensor = Tensor::new(*dtype, vec![n, *width], buf);
                 (name.clone(), Column::Tensor(tensor))
+            }
+            &Out::Valid(c) => {
+                let mut buf = pool.take(n);
+                for (dst, &(p, row)) in buf.as_mut_slice().iter_mut().zip(rows) {
+                    *dst = u8::from(parts[p][c].is_valid(row));
+                }
+                let tensor = Tensor::new(DType::Bool, vec![n], buf);
+                (format!("{}_valid", names[c]), Column::Tensor(tensor))
             }
         };
         out.push(Some((name, column)));
@@ -1003,6 +1080,7 @@ pub(crate) fn has_fixed(kinds: &[Kind], layout: &Layout) -> bool {
                 || matches!(kinds[c], Kind::Scalar(d) if d != DType::Bool)
         }
         Out::Stacked { .. } => true,
+        Out::Valid(_) => false,
     })
 }
 
@@ -1172,6 +1250,7 @@ impl RowMajor {
                 Out::Stacked { dtype, members, .. } => {
                     cols.extend(members.iter().map(|&(c, k)| (c, k * dtype.size())));
                 }
+                Out::Valid(_) => {}
             }
             if cols.len() == before {
                 at.push(None);
@@ -1214,6 +1293,7 @@ pub(crate) fn checked(
     col: ArrayRef,
     len: usize,
     validate: bool,
+    fill: Option<Fill>,
     what: impl Fn() -> String,
 ) -> Result<ArrayRef, String> {
     let col = project(col)?;
@@ -1229,7 +1309,12 @@ pub(crate) fn checked(
             .validate_full()
             .map_err(|e| format!("{} is corrupt: {e}", what()))?;
     }
-    Ok(col)
+    let col = arrow_types::normalize(col, fill.unwrap_or_default())
+        .map_err(|e| format!("{}: {e}", what()))?;
+    match fill {
+        Some(fill) => arrow_types::fill(col, fill).map_err(|e| format!("{}: {e}", what())),
+        None => Ok(col),
+    }
 }
 
 /// Samples gathered into Arrow record batches, as writers store them: numeric scalars

@@ -44,6 +44,10 @@ pub struct ArrowOptions {
     pub chunk_rows: Option<usize>,
     /// Columns stacked into one `[B, k]` column (see [`Stack`](crate::Stack)).
     pub stack: crate::Stack,
+    /// What a null does: filled, with a `<name>_valid` column (the default), or an error.
+    pub nulls: crate::Nulls,
+    /// What null slots are filled with (see [`Fill`](crate::Fill)).
+    pub fill_null: crate::Fill,
 }
 
 /// Default rows per shard.
@@ -119,6 +123,8 @@ impl ArrowSource {
         let mut files = Vec::new();
         let mut parts = Vec::new();
         let mut first: Option<(String, columnar::Projected)> = None;
+        // Per projected column: whether some file holds a null in it.
+        let mut nulls: Vec<bool> = Vec::new();
         for (fi, (origin, bytes)) in contents.into_iter().enumerate() {
             let data = Buffer::from(bytes);
             // The flatbuffer verifier bounds what it reads, but a decoder that panics on a
@@ -134,6 +140,8 @@ impl ArrowSource {
             let (schema, dictionaries, these_parts) = scanned;
             let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
             let projection = these.places.clone();
+            let holes = nulls_in(&schema, &projection, &dictionaries, &these_parts, &data);
+            columnar::add_nulls(&mut nulls, holes);
             match &first {
                 None => first = Some((origin.clone(), these)),
                 Some((name, cols)) => cols.check_same(&these, name, &origin)?,
@@ -148,7 +156,7 @@ impl ArrowSource {
             });
         }
         let (origin, projected) = first.expect("at least one file");
-        Self::assemble(files, parts, None, origin, projected, &options)
+        Self::assemble(files, parts, None, origin, projected, nulls, &options)
     }
 
     /// A source over record batches already in memory (say, a table handed over through the
@@ -163,6 +171,16 @@ impl ArrowSource {
         options: ArrowOptions,
     ) -> Result<Self, Error> {
         let projected = columnar::Projected::of(&schema, options.columns.as_deref(), origin)?;
+        let nulls: Vec<bool> = projected
+            .places
+            .iter()
+            .map(|&i| {
+                batches
+                    .iter()
+                    .any(|b| crate::arrow_types::has_nulls(b.column(i).as_ref()))
+            })
+            .collect();
+        let masked = columnar::masked(&nulls, options.nulls);
         let mut parts = Vec::with_capacity(batches.len());
         for (b, batch) in batches.into_iter().enumerate() {
             let rows = batch.num_rows();
@@ -170,8 +188,10 @@ impl ArrowSource {
                 .places
                 .iter()
                 .zip(&projected.names)
-                .map(|(&i, name)| {
-                    columnar::checked(batch.column(i).clone(), rows, false, || {
+                .zip(&masked)
+                .map(|((&i, name), &m)| {
+                    let fill = m.then_some(options.fill_null);
+                    columnar::checked(batch.column(i).clone(), rows, false, fill, || {
                         format!("record batch {b}: column {name:?}")
                     })
                 })
@@ -192,6 +212,7 @@ impl ArrowSource {
             indices,
             origin.to_string(),
             projected,
+            nulls,
             &options,
         )
     }
@@ -230,6 +251,7 @@ impl ArrowSource {
         indices: Option<Vec<u64>>,
         origin: String,
         projected: columnar::Projected,
+        nulls: Vec<bool>,
         options: &ArrowOptions,
     ) -> Result<Self, Error> {
         let chunk_rows = options.chunk_rows.unwrap_or(DEFAULT_CHUNK_ROWS).max(1) as u64;
@@ -300,7 +322,9 @@ impl ArrowSource {
                 }
             }
         }
-        let table = Table::new(projected, &options.stack, &origin)?;
+        let (stack, fill) = (&options.stack, options.fill_null);
+        let masked = columnar::masked(&nulls, options.nulls);
+        let table = Table::new(projected, stack, &origin, masked, fill)?;
         let manifest = table.manifest(crate::Format::Arrow, shards, &options.stack);
         let len = manifest.total_samples();
         Ok(ArrowSource {
@@ -368,8 +392,10 @@ impl ArrowSource {
             .columns()
             .iter()
             .zip(&self.table.names)
-            .map(|(c, name)| {
-                columnar::checked(c.clone(), rows, false, || format!("column {name:?}"))
+            .enumerate()
+            .map(|(i, (c, name))| {
+                let fill = self.table.fill_of(i);
+                columnar::checked(c.clone(), rows, false, fill, || format!("column {name:?}"))
             })
             .collect()
     }
@@ -607,6 +633,81 @@ fn scan(origin: &str, data: &Buffer, file: usize) -> Result<Scanned, Error> {
 
 /// Decodes the messages at `offsets` (`Some`: a file's blocks) or one after another from the
 /// start (`None`: a stream, until its end-of-stream marker or its last byte).
+/// Field nodes an IPC record batch gives a column of type `dt` (itself, then its children,
+/// depth first; a dictionary-encoded column's are its indices').
+fn nodes_of(dt: &arrow_schema::DataType) -> usize {
+    use arrow_schema::DataType as D;
+    match dt {
+        D::Struct(fields) => {
+            1 + fields
+                .iter()
+                .map(|f| nodes_of(f.data_type()))
+                .sum::<usize>()
+        }
+        D::Union(fields, _) => {
+            1 + fields
+                .iter()
+                .map(|(_, f)| nodes_of(f.data_type()))
+                .sum::<usize>()
+        }
+        D::List(f)
+        | D::LargeList(f)
+        | D::ListView(f)
+        | D::LargeListView(f)
+        | D::FixedSizeList(f, _)
+        | D::Map(f, _) => 1 + nodes_of(f.data_type()),
+        D::RunEndEncoded(r, v) => 1 + nodes_of(r.data_type()) + nodes_of(v.data_type()),
+        _ => 1,
+    }
+}
+
+/// Per column of `projection` (places in `schema`): whether a record batch of `parts` (of
+/// the file `data`) says it holds a null, or its dictionary does. Read from the messages'
+/// field nodes: nothing is decoded.
+fn nulls_in(
+    schema: &Schema,
+    projection: &[usize],
+    dictionaries: &HashMap<i64, ArrayRef>,
+    parts: &[Part],
+    data: &Buffer,
+) -> Vec<bool> {
+    let mut first_node = Vec::with_capacity(schema.fields().len());
+    let mut at = 0;
+    for f in schema.fields() {
+        first_node.push(at);
+        at += nodes_of(f.data_type());
+    }
+    let dictionary_nulls = dictionaries.values().any(|d| d.null_count() > 0);
+    projection
+        .iter()
+        .map(|&i| {
+            let field = schema.field(i);
+            if matches!(field.data_type(), arrow_schema::DataType::Null) {
+                return true;
+            }
+            if matches!(field.data_type(), arrow_schema::DataType::Dictionary(..))
+                && dictionary_nulls
+            {
+                return true;
+            }
+            parts.iter().any(|p| {
+                let nodes = root_as_message(&data[p.meta.clone()])
+                    .ok()
+                    .and_then(|m| m.header_as_record_batch())
+                    .and_then(|b| b.nodes());
+                // A message whose nodes cannot be read fails when it is decoded; until then
+                // it may hold anything.
+                nodes.is_none_or(|nodes| {
+                    nodes
+                        .iter()
+                        .nth(first_node[i])
+                        .is_none_or(|n| n.null_count() > 0)
+                })
+            })
+        })
+        .collect()
+}
+
 fn walk(
     origin: &str,
     data: &Buffer,
@@ -1249,7 +1350,24 @@ mod tests {
         w.finish().unwrap();
         drop(w);
         let p = write_file(dir.path(), "nulls.arrows", &out);
+        // By default the null is 0, and `v_valid` says it is not there (the stream's field
+        // nodes said the column holds nulls).
         let src = ArrowSource::open(&[&p], ArrowOptions::default()).unwrap();
+        let s = src.read(1).unwrap();
+        let got: Vec<(&str, Vec<u8>)> = s
+            .fields
+            .iter()
+            .map(|(n, f)| match f {
+                Field::Array(a) => (n.as_ref(), a.data.to_vec()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(got, [("v", vec![0, 0, 0, 0]), ("v_valid", vec![0])]);
+        let raise = ArrowOptions {
+            nulls: crate::Nulls::Raise,
+            ..Default::default()
+        };
+        let src = ArrowSource::open(&[&p], raise).unwrap();
         src.read(0).unwrap();
         let e = src.read(1).unwrap_err().to_string();
         assert!(

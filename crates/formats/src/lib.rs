@@ -53,6 +53,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "arrow")]
+mod arrow_types;
 mod braces;
 #[cfg(any(test, feature = "testing"))]
 pub mod check;
@@ -64,6 +66,7 @@ mod indexed;
 #[cfg(feature = "arrow")]
 pub mod ipc;
 pub mod megatron;
+mod nulls;
 #[cfg(feature = "parquet")]
 pub mod parquet;
 mod stack;
@@ -79,6 +82,7 @@ pub use chute_core::npy::{NpyHeader, npy_descr, read_npy, write_npy};
 pub use format::{Format, format_of, is_megatron_bin};
 pub use indexed::IndexMode;
 pub use megatron::{MegatronIndex, MegatronWriter};
+pub use nulls::{Fill, Nulls};
 pub use stack::{Stack, parse_stack};
 pub use tfrecord::{TfRecordOptions, TfRecordSource};
 pub use tokens::{TOKENS_FIELD, TokenOptions, TokenSource, TokenWriter};

@@ -70,6 +70,10 @@ pub struct ParquetOptions {
     pub chunk_rows: Option<usize>,
     /// Columns stacked into one `[B, k]` column (see [`Stack`]).
     pub stack: Stack,
+    /// What a null does: filled, with a `<name>_valid` column (the default), or an error.
+    pub nulls: crate::Nulls,
+    /// What null slots are filled with (see [`Fill`](crate::Fill)).
+    pub fill_null: crate::Fill,
 }
 
 /// Default rows per shard.
@@ -284,6 +288,8 @@ impl ParquetSource {
         // Bytes of the files opened before this one (their row counts are checked against
         // them, with this file's, by `pages::check_shards`).
         let mut files_bytes = 0u64;
+        // Per projected column: whether some file holds a null in it.
+        let mut nulls: Vec<bool> = Vec::new();
         for (fi, (origin, data)) in contents.into_iter().enumerate() {
             let path = PathBuf::from(&origin);
             let meta =
@@ -295,6 +301,22 @@ impl ParquetSource {
                 None => first = Some((origin.clone(), these)),
                 Some((name, cols)) => cols.check_same(&these, name, &origin)?,
             }
+            // Whether a projected column holds a null: a leaf under it whose statistics count
+            // one, or a nullable leaf without a count.
+            let descr = meta.parquet_schema();
+            let holes = indices.iter().map(|&i| {
+                (0..descr.num_columns())
+                    .filter(|&l| descr.get_column_root_idx(l) == i)
+                    .any(|l| {
+                        meta.metadata().row_groups().iter().any(|rg| {
+                            match rg.column(l).statistics().and_then(|s| s.null_count_opt()) {
+                                Some(n) => n > 0,
+                                None => descr.column(l).max_def_level() > 0,
+                            }
+                        })
+                    })
+            });
+            columnar::add_nulls(&mut nulls, holes);
             let masks = indices
                 .iter()
                 .map(|&i| ProjectionMask::roots(meta.parquet_schema(), [i]))
@@ -391,7 +413,9 @@ impl ParquetSource {
             });
         }
         let (origin, projected) = first.expect("at least one file");
-        let table = Table::new(projected, &options.stack, &origin)?;
+        let (stack, fill) = (&options.stack, options.fill_null);
+        let masked = columnar::masked(&nulls, options.nulls);
+        let table = Table::new(projected, stack, &origin, masked, fill)?;
         let avg = (total_decoded.max(1) / pieces.len().max(1) as u64) as usize;
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
         let cache_pieces = (cache_bytes / avg.max(1)).max(8);
@@ -650,7 +674,7 @@ impl ParquetSource {
         if k.next >= group_rows {
             *cursor = None;
         }
-        columnar::checked(column, rows as usize, true, || {
+        columnar::checked(column, rows as usize, true, self.table.fill_of(c), || {
             format!("row group {gi}: column {name:?} (rows {first} on)")
         })
     }

@@ -1,0 +1,88 @@
+"""Numeric columns with nulls against the same columns without, side by side in one run:
+16 float32 columns and an int64 label written by pyarrow to Parquet and to an Arrow IPC file,
+once with no nulls and once with `--holes` of the values null (chute fills them and adds a
+`<name>_valid` column for each), read by `chute.Loader` in file order and with a global
+shuffle, in batches of 4096 rows.
+
+    python benchsuite/nulls_vs_dense.py [--rows 1000000] [--rounds 5] [--holes 0.1]
+
+Reports rows per second of the first epoch (which decodes, and fills the nulls) and of the
+second (Parquet keeps the decoded data, `cache_bytes`; Arrow's record batches stay decoded),
+the median of `--rounds` interleaved rounds (page cache warm: each file is read once before),
+and the ratio with nulls to without. Needs pyarrow, numpy.
+"""
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--holes", type=float, default=0.1)
+    ap.add_argument("--batch", type=int, default=4096)
+    args = ap.parse_args()
+
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    import chute
+
+    tmp = Path(tempfile.mkdtemp(prefix="chute-nulls-"))
+    rng = np.random.default_rng(0)
+    cols = {f"f{k}": rng.standard_normal(args.rows, dtype=np.float32) for k in range(16)}
+    cols["label"] = rng.integers(0, 1000, args.rows, dtype=np.int64)
+    dense = pa.table(cols)
+    holed = pa.table({
+        k: pa.array(v, mask=rng.random(args.rows) < args.holes) for k, v in cols.items()
+    })
+    files = {}
+    for name, tbl in (("dense", dense), ("nulls", holed)):
+        files[("parquet", name)] = tmp / f"{name}.parquet"
+        pq.write_table(tbl, files[("parquet", name)], row_group_size=131072)
+        files[("arrow", name)] = tmp / f"{name}.arrow"
+        feather.write_feather(tbl, files[("arrow", name)], compression="uncompressed",
+                              chunksize=131072)
+    for p in files.values():
+        p.read_bytes()
+
+    def epoch(fmt, name, shuffle):
+        path = files[(fmt, name)]
+        src = chute.parquet(path, cache_bytes=1 << 31) if fmt == "parquet" else chute.arrow(path)
+        loader = chute.Loader(src, batch_size=args.batch, shuffle=shuffle, seed=1,
+                              num_workers=2)
+        out = []
+        for e in range(2):  # the first epoch decodes (and keeps it, for Parquet)
+            loader.set_epoch(e)
+            t = time.perf_counter()
+            n = 0
+            for b in loader:
+                n += len(b["label"])
+            out.append(n / (time.perf_counter() - t))
+        return out
+
+    cases = [(fmt, shuffle) for fmt in ("parquet", "arrow") for shuffle in (False, True)]
+    runs = {(c, name): [] for c in cases for name in ("dense", "nulls")}
+    for _ in range(args.rounds):
+        for c in cases:
+            for name in ("dense", "nulls"):
+                runs[(c, name)].append(epoch(c[0], name, c[1]))
+    for fmt, shuffle in cases:
+        for e, which in enumerate(("first epoch", "later epoch")):
+            d = statistics.median(r[e] for r in runs[((fmt, shuffle), "dense")])
+            h = statistics.median(r[e] for r in runs[((fmt, shuffle), "nulls")])
+            order = "shuffle" if shuffle else "file order"
+            print(f"{fmt:8s} {order:10s} {which:11s} no nulls {d / 1e6:6.2f} M rows/s   "
+                  f"{args.holes:.0%} nulls {h / 1e6:6.2f} M rows/s   ratio {h / d:.2f}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

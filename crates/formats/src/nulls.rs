@@ -1,0 +1,44 @@
+//! What a columnar source (Parquet, Arrow IPC, Hugging Face tables) does with nulls: the
+//! options; the work is `arrow_types`' and `columnar`'s.
+
+/// What a column's nulls are filled with: `number` for numeric columns (NaN for floats and
+/// 0 for integers when `None`; a float fill given to an integer column is truncated).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fill {
+    /// The number null slots of numeric columns get.
+    pub number: Option<f64>,
+}
+
+impl PartialEq for Fill {
+    fn eq(&self, other: &Fill) -> bool {
+        self.number.map(f64::to_bits) == other.number.map(f64::to_bits)
+    }
+}
+
+impl Eq for Fill {}
+
+/// What a columnar source does with nulls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Nulls {
+    /// A column that holds nulls (as the file's metadata says when the source is opened) gets
+    /// a `<name>_valid` bool column, true where a value is present, in every batch, and its
+    /// null slots the [`Fill`]'s value (the default).
+    #[default]
+    Mask,
+    /// A null is an error naming the file, the column and the row.
+    Raise,
+}
+
+impl Nulls {
+    /// `"mask"` or `"raise"`.
+    pub fn parse(s: &str) -> Result<Nulls, String> {
+        match s {
+            "mask" => Ok(Nulls::Mask),
+            "raise" => Ok(Nulls::Raise),
+            other => Err(format!(
+                "{other:?}; pass \"mask\" (fill them, with a <name>_valid column) or \
+                 \"raise\""
+            )),
+        }
+    }
+}
