@@ -561,7 +561,10 @@ class _ForkServer:
         # Pickled as bytes: an AuthenticationString refuses to pickle outside a spawn.
         prep["authkey"] = bytes(prep["authkey"])
         try:
-            return bytes(reduction.ForkingPickler.dumps((prep, args, preload)))
+            # Two layers: the workers' arguments may name functions of modules that only
+            # the preparation (this process's path, __main__) makes importable there.
+            inner = bytes(reduction.ForkingPickler.dumps((args, preload)))
+            return pickle.dumps((prep, inner), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as e:
             raise ConfigError(f"invalid worker_mode: 'process' could not pickle what each "
                               f"worker process gets ({e})") from None
@@ -727,9 +730,10 @@ def _fork_server(fd: int) -> None:
     try:
         process.current_process()._inheriting = True  # type: ignore[attr-defined]
         try:
-            prep, args, preload = pickle.loads(blob)
+            prep, inner = pickle.loads(blob)
             process.current_process().authkey = prep.pop("authkey")
             spawn.prepare(prep)
+            args, preload = pickle.loads(inner)
             _, payload, worker_init_fn, collate_fn, seed = args
             loaded = pickle.loads(payload)
         finally:

@@ -41,6 +41,31 @@ def test_webdataset_shards_written_by_the_webdataset_package(tmp_path):
     assert len(seen) == 20
 
 
+def test_gzip_members_read_as_the_webdataset_package_decodes_them(tmp_path):
+    import gzip
+
+    wds = pytest.importorskip("webdataset", reason="webdataset not installed (scripts/test.sh installs it)")
+    path = str(tmp_path / "gz-000000.tar")
+    with wds.TarWriter(path) as sink:
+        for i in range(6):
+            sink.write({"__key__": f"s{i}", "txt.gz": gzip.compress(f"caption {i} ✓".encode()),
+                        "json.gz": gzip.compress(json.dumps({"i": i}).encode()),
+                        "cls": str(i).encode()})
+    theirs = {s["__key__"]: s for s in wds.WebDataset(path, shardshuffle=False,
+                                                       empty_check=False).decode()}
+    got = [b for b in chute.Loader(chute.webdataset(path), batch_size=3)]
+    assert set(got[0]) == {"__key__", "cls", "json.gz", "txt.gz"}
+    for b in got:
+        for k, txt, js in zip(b["__key__"], b["txt.gz"], b["json.gz"]):
+            assert txt.decode() == theirs[k]["txt.gz"]
+            assert json.loads(js) == theirs[k]["json.gz"]
+    # A member whose name says gzip and whose bytes are not: named, with the sample.
+    with wds.TarWriter(path) as sink:
+        sink.write({"__key__": "bad", "txt.gz": b"plain text, not gzip"})
+    with pytest.raises(chute.CorruptDataError, match=r'"txt.gz" of sample "bad" is not valid gzip'):
+        list(chute.Loader(chute.webdataset(path), batch_size=1))
+
+
 def test_webdataset_golden_and_brace_lists():
     src = chute.webdataset([str(TESTDATA / "webdataset" / "wds-shard-{000000..000001}.tar")])
     keys = [k for b in chute.Loader(src, batch_size=2) for k in b["__key__"]]

@@ -286,10 +286,9 @@ fn fill_values(col: &ArrayRef, fill: Fill) -> Result<ArrayRef, String> {
             let start = data.offset() * width;
             let mut raw = data.buffers()[0].as_slice()[start..start + col.len() * width].to_vec();
             let value = fill_bytes(&dt, fill);
-            for i in 0..col.len() {
-                if nulls.is_null(i) {
-                    raw[i * width..(i + 1) * width].copy_from_slice(&value[..width]);
-                }
+            // The null slots only: the set bits of the inverted validity.
+            for i in (!nulls.inner()).set_indices() {
+                raw[i * width..(i + 1) * width].copy_from_slice(&value[..width]);
             }
             let data = data
                 .into_builder()
@@ -563,6 +562,40 @@ mod tests {
             ..Default::default()
         };
         ArrowSource::from_batches(schema, vec![batch], None, "t.arrow", options)
+    }
+
+    #[test]
+    fn validity_of_a_run_of_rows_and_of_scattered_rows() {
+        let n = 300;
+        let schema = Arc::new(arrow_schema::Schema::new(vec![ArrowField::new(
+            "x",
+            DataType::Int64,
+            true,
+        )]));
+        let x = Int64Array::from_iter((0..n).map(|i| (i % 3 != 0).then_some(i)));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(x)]).unwrap();
+        let src =
+            ArrowSource::from_batches(schema, vec![batch], None, "t", Default::default()).unwrap();
+        let pool = BufferPool::new(4);
+        // A run starting off a byte boundary, ending off a word's; then scattered rows.
+        for ids in [(5..150).collect::<Vec<u64>>(), vec![299, 3, 4, 100, 0]] {
+            let b = src.collate(&ids, &pool).unwrap().unwrap();
+            let valid = b[1].1.as_tensor().unwrap().as_bytes().to_vec();
+            let want: Vec<u8> = ids.iter().map(|&i| u8::from(i % 3 != 0)).collect();
+            assert_eq!(valid, want);
+            let x = b[0]
+                .1
+                .as_tensor()
+                .unwrap()
+                .as_slice::<i64>()
+                .unwrap()
+                .to_vec();
+            let want: Vec<i64> = ids
+                .iter()
+                .map(|&i| if i % 3 == 0 { 0 } else { i as i64 })
+                .collect();
+            assert_eq!(x, want);
+        }
     }
 
     #[test]

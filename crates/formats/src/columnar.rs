@@ -867,9 +867,7 @@ pub(crate) fn gather(
             }
             &Out::Valid(c) => {
                 let mut buf = pool.take(n);
-                for (dst, &(p, row)) in buf.as_mut_slice().iter_mut().zip(rows) {
-                    *dst = u8::from(parts[p][c].is_valid(row));
-                }
+                valid_bytes(parts, c, rows, run, buf.as_mut_slice());
                 let tensor = Tensor::new(DType::Bool, vec![n], buf);
                 (format!("{}_valid", names[c]), Column::Tensor(tensor))
             }
@@ -893,6 +891,62 @@ pub(crate) fn gather(
         .into_iter()
         .map(|field| field.expect("every field gathered"))
         .collect())
+}
+
+/// Column `c`'s validity for the batch `rows` of `parts` (`run`: consecutive rows of one
+/// part), a byte a row (1 where a value is present), into `out`: unpacked 8 bits at a time
+/// from the null buffer for a run, read bit by bit otherwise.
+fn valid_bytes(
+    parts: &[&[ArrayRef]],
+    c: usize,
+    rows: &[(usize, usize)],
+    run: Option<(usize, usize)>,
+    out: &mut [u8],
+) {
+    // Byte `b`'s 8 bits as 8 bytes of 0 or 1, least significant bit first.
+    const SPREAD: [u64; 256] = {
+        let mut t = [0u64; 256];
+        let mut b = 0;
+        while b < 256 {
+            let mut v = 0u64;
+            let mut i = 0;
+            while i < 8 {
+                v |= (((b >> i) & 1) as u64) << (8 * i);
+                i += 1;
+            }
+            t[b] = v;
+            b += 1;
+        }
+        t
+    };
+    let n = rows.len();
+    if let Some((p, first)) = run {
+        let Some(nulls) = parts[p][c].nulls() else {
+            out[..n].fill(1);
+            return;
+        };
+        let bits = nulls.inner().slice(first, n);
+        let chunks = bits.bit_chunks();
+        let mut at = 0;
+        for word in chunks
+            .iter()
+            .chain(std::iter::once(chunks.remainder_bits()))
+        {
+            for byte in word.to_le_bytes() {
+                let k = (n - at).min(8);
+                if k == 0 {
+                    return;
+                }
+                out[at..at + k].copy_from_slice(&SPREAD[byte as usize].to_le_bytes()[..k]);
+                at += k;
+            }
+        }
+        return;
+    }
+    let nulls: Vec<Option<&NullBuffer>> = parts.iter().map(|part| part[c].nulls()).collect();
+    for (dst, &(p, row)) in out.iter_mut().zip(rows) {
+        *dst = nulls[p].is_none_or(|b| b.is_valid(row)).into();
+    }
 }
 
 /// Copies each field `(dst, w, offset)` of the rows `rows` (`(copy, row)`) of row-major

@@ -218,13 +218,55 @@ fn build(g: &mut Group, shard: &Bytes, index: u64, uri: &str) -> Result<Sample, 
                     ),
                 )
             })?;
-        fields.push((field_name(g.name(i)), Field::Bytes(data)));
+        let name = g.name(i);
+        let data = if name == "gz" || name.ends_with(".gz") {
+            gunzip(&data, uri, range.start, name, &g.key)?
+        } else {
+            data
+        };
+        fields.push((field_name(name), Field::Bytes(data)));
     }
     Ok(Sample {
         index,
         key: g.key.clone(),
         fields,
     })
+}
+
+/// A gzip-compressed member (`x.txt.gz`) decompressed, as the `webdataset` package's default
+/// decoder gives it (the field keeps its name), at most
+/// [`Limits::max_decoded_bytes`](chute_core::Limits) of it; the error names the shard, the
+/// member's offset, the field and the sample.
+fn gunzip(data: &Bytes, uri: &str, at: u64, name: &str, key: &str) -> Result<Bytes, Error> {
+    use std::io::Read;
+    let limit = chute_core::Limits::current().max_decoded_bytes;
+    let mut out = Vec::new();
+    let read = flate2::read::MultiGzDecoder::new(&data[..])
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out);
+    match read {
+        Err(e) => Err(Error::corrupt(
+            uri,
+            at,
+            format!(
+                "field {name:?} of sample {key:?} is not valid gzip ({e}); the `.gz` extension \
+                 says it is gzip-compressed"
+            ),
+        )),
+        Ok(n) if n as u64 > limit => Err(Error::corrupt_as(
+            chute_core::Corruption::TooLarge,
+            uri,
+            at,
+            chute_core::limits::exceeded(
+                &format!("field {name:?} of sample {key:?}"),
+                n as u64,
+                "bytes once decompressed",
+                "max_decoded_bytes",
+                limit,
+            ),
+        )),
+        Ok(_) => Ok(Bytes::from(out)),
+    }
 }
 
 /// The samples of one shard held in memory (or mapped), in order, in one pass.
@@ -397,6 +439,31 @@ pub fn read_span(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn gzip_members_are_decompressed_and_bad_ones_named() {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"hello, gzip").unwrap();
+        let gz = gz.finish().unwrap();
+        let mut tar = crate::tar::TarWriter::new(Vec::new());
+        tar.append("a.txt.gz", &gz).unwrap();
+        tar.append("a.cls", b"1").unwrap();
+        tar.append("b.txt.gz", b"not gzip at all").unwrap();
+        let shard = Bytes::from(tar.finish().unwrap());
+        let mut samples = Samples::new(shard, "mem://gz.tar", TarOptions::default());
+        let a = samples.next().unwrap().unwrap();
+        let Some(Field::Bytes(txt)) = a.get("txt.gz") else {
+            panic!("{a:?}")
+        };
+        assert_eq!(&txt[..], b"hello, gzip");
+        let e = samples.next().unwrap().unwrap_err().to_string();
+        assert!(
+            e.contains("mem://gz.tar")
+                && e.contains("\"txt.gz\" of sample \"b\" is not valid gzip"),
+            "{e}"
+        );
+    }
+
     use super::*;
     use crate::check::{ReaderUnderTest, check_reader};
     use crate::webdataset::testing::{URI, plain, raw, read_all, reason};

@@ -1,6 +1,7 @@
 //! Writers: [`SampleWriter`] writes samples as members into one tar stream; [`ShardWriter`]
 //! into numbered shard files, rotating by count or size.
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -139,7 +140,7 @@ fn plan_sample<'a>(
     key: &str,
     fields: &[(&str, &'a [u8])],
     last_key: Option<&str>,
-) -> Result<Vec<(String, &'a [u8])>, ConfigError> {
+) -> Result<Vec<(String, Cow<'a, [u8]>)>, ConfigError> {
     let bad = |option: &str, why: String| ConfigError::new(option, why);
     if key.is_empty() || key.contains('\0') {
         return Err(bad(
@@ -218,6 +219,18 @@ fn plan_sample<'a>(
                 ),
             ));
         }
+        // A `.gz` field reads back decompressed (as the `webdataset` package decodes it), so
+        // it is written compressed: what is read is what was written.
+        let data = if name == "gz" || name.ends_with(".gz") {
+            use std::io::Write;
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(data)
+                .and_then(|()| gz.finish())
+                .map(Cow::Owned)
+                .map_err(|e| bad("fields", format!("field {name:?} of sample {key:?}: {e}")))?
+        } else {
+            Cow::Borrowed(data)
+        };
         members.push((path, data));
     }
     Ok(members)
@@ -509,6 +522,25 @@ mod tests {
         assert_eq!(
             back[1],
             ("a.b/c".into(), vec![("seg.png".into(), b"x".to_vec())])
+        );
+    }
+
+    #[test]
+    fn gzip_fields_are_written_compressed_and_read_back_as_written() {
+        let mut w = SampleWriter::new(Vec::new(), "mem");
+        w.write("k", &[("txt.gz", b"hello, again"), ("cls", b"1")])
+            .unwrap();
+        let shard = w.finish().unwrap();
+        // The member holds gzip (its magic), the sample reads back as written.
+        assert!(shard.windows(2).any(|w| w == [0x1f, 0x8b]));
+        assert!(!shard.windows(12).any(|w| w == b"hello, again"));
+        let back: Vec<_> = read_all(&shard).unwrap().iter().map(plain).collect();
+        assert_eq!(
+            back[0].1,
+            [
+                ("cls".into(), b"1".to_vec()),
+                ("txt.gz".into(), b"hello, again".to_vec())
+            ]
         );
     }
 
