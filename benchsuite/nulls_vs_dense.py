@@ -9,7 +9,8 @@ shuffle, in batches of 4096 rows.
 Reports rows per second of the first epoch (which decodes, and fills the nulls) and of the
 second (Parquet keeps the decoded data, `cache_bytes`; Arrow's record batches stay decoded),
 the median of `--rounds` interleaved rounds (page cache warm: each file is read once before),
-and the ratio with nulls to without. Needs pyarrow, numpy.
+and the ratio with nulls to without; and, to tell what the masks cost as columns from what the
+nulls cost, a third file of 34 columns (17 more float32) without nulls. Needs pyarrow, numpy.
 """
 
 import argparse
@@ -43,8 +44,13 @@ def main():
     holed = pa.table({
         k: pa.array(v, mask=rng.random(args.rows) < args.holes) for k, v in cols.items()
     })
+    # As many columns as the nulls' batches have (their masks included), none null: what the
+    # column count alone costs.
+    wide = pa.table({**cols, **{f"g{k}": rng.standard_normal(args.rows, dtype=np.float32)
+                                for k in range(17)}})
+    names = ("dense", "nulls", "wide")
     files = {}
-    for name, tbl in (("dense", dense), ("nulls", holed)):
+    for name, tbl in (("dense", dense), ("nulls", holed), ("wide", wide)):
         files[("parquet", name)] = tmp / f"{name}.parquet"
         pq.write_table(tbl, files[("parquet", name)], row_group_size=131072)
         files[("arrow", name)] = tmp / f"{name}.arrow"
@@ -69,18 +75,19 @@ def main():
         return out
 
     cases = [(fmt, shuffle) for fmt in ("parquet", "arrow") for shuffle in (False, True)]
-    runs = {(c, name): [] for c in cases for name in ("dense", "nulls")}
+    runs = {(c, name): [] for c in cases for name in names}
     for _ in range(args.rounds):
         for c in cases:
-            for name in ("dense", "nulls"):
+            for name in names:
                 runs[(c, name)].append(epoch(c[0], name, c[1]))
     for fmt, shuffle in cases:
         for e, which in enumerate(("first epoch", "later epoch")):
-            d = statistics.median(r[e] for r in runs[((fmt, shuffle), "dense")])
-            h = statistics.median(r[e] for r in runs[((fmt, shuffle), "nulls")])
+            d, h, w = (statistics.median(r[e] for r in runs[((fmt, shuffle), name)])
+                       for name in names)
             order = "shuffle" if shuffle else "file order"
             print(f"{fmt:8s} {order:10s} {which:11s} no nulls {d / 1e6:6.2f} M rows/s   "
-                  f"{args.holes:.0%} nulls {h / 1e6:6.2f} M rows/s   ratio {h / d:.2f}",
+                  f"{args.holes:.0%} nulls {h / 1e6:6.2f} M rows/s   ratio {h / d:.2f}   "
+                  f"34 columns, no nulls {w / 1e6:6.2f} M rows/s   ratio {w / d:.2f}",
                   flush=True)
 
 
