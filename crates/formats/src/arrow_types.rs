@@ -79,6 +79,24 @@ fn normal_field(f: &Arc<ArrowField>) -> Arc<ArrowField> {
     )
 }
 
+/// The unit the numbers of a column of type `dt` count, where [`normal_type`] turns it into
+/// counts (`timestamp[Microsecond]`, `date32 (days)`), looking into lists and dictionaries.
+pub(crate) fn unit(dt: &DataType) -> Option<String> {
+    match dt {
+        DataType::Timestamp(u, _) => Some(format!("timestamp[{u:?}]")),
+        DataType::Date32 => Some("date32 (days)".into()),
+        DataType::Date64 => Some("date64 (milliseconds)".into()),
+        DataType::Time32(u) | DataType::Time64(u) => Some(format!("time[{u:?}]")),
+        DataType::Duration(u) => Some(format!("duration[{u:?}]")),
+        DataType::Interval(u) => Some(format!("interval[{u:?}]")),
+        DataType::Dictionary(_, v) => unit(v),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            unit(f.data_type())
+        }
+        _ => None,
+    }
+}
+
 /// `col` as [`normal_type`] says, its nulls kept; nulls inside its lists filled with `fill`.
 pub(crate) fn normalize(col: ArrayRef, fill: Fill) -> Result<ArrayRef, String> {
     let dt = col.data_type().clone();
@@ -562,6 +580,53 @@ mod tests {
             ..Default::default()
         };
         ArrowSource::from_batches(schema, vec![batch], None, "t.arrow", options)
+    }
+
+    #[test]
+    fn files_whose_time_columns_count_other_units_are_refused() {
+        let batch = |ts: ArrayRef| {
+            let schema = Arc::new(arrow_schema::Schema::new(vec![ArrowField::new(
+                "t",
+                ts.data_type().clone(),
+                false,
+            )]));
+            RecordBatch::try_new(schema, vec![ts]).unwrap()
+        };
+        let us = batch(Arc::new(TimestampMicrosecondArray::from(vec![1, 2])));
+        let ns = batch(Arc::new(arrow_array::TimestampNanosecondArray::from(vec![
+            1, 2,
+        ])));
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, b: &RecordBatch| {
+            let path = dir.path().join(name);
+            let mut w = arrow_ipc::writer::FileWriter::try_new(
+                std::fs::File::create(&path).unwrap(),
+                &b.schema(),
+            )
+            .unwrap();
+            w.write(b).unwrap();
+            w.finish().unwrap();
+            path
+        };
+        let (a, b, c) = (
+            write("a.arrow", &us),
+            write("b.arrow", &ns),
+            write("c.arrow", &us),
+        );
+        let e = ArrowSource::open(&[&a, &b], Default::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("t: timestamp[Nanosecond]") && e.contains("t: timestamp[Microsecond]"),
+            "{e}"
+        );
+        assert_eq!(
+            ArrowSource::open(&[&a, &c], Default::default())
+                .unwrap()
+                .manifest()
+                .total_samples(),
+            4
+        );
     }
 
     #[test]

@@ -326,6 +326,9 @@ pub(crate) struct Projected {
     pub(crate) places: Vec<usize>,
     pub(crate) names: Vec<String>,
     pub(crate) kinds: Vec<Kind>,
+    /// Per column, the unit its numbers count where the type has one (`timestamp[us]`,
+    /// `date32`): files of one source must agree on it as on the kinds.
+    pub(crate) units: Vec<Option<String>>,
 }
 
 impl Projected {
@@ -345,10 +348,15 @@ impl Projected {
             .iter()
             .map(|&i| kind_of(schema.field(i), origin))
             .collect::<Result<_, _>>()?;
+        let units = places
+            .iter()
+            .map(|&i| arrow_types::unit(schema.field(i).data_type()))
+            .collect();
         Ok(Projected {
             places,
             names,
             kinds,
+            units,
         })
     }
 
@@ -360,15 +368,26 @@ impl Projected {
         first: &str,
         origin: &str,
     ) -> Result<(), Error> {
-        if other.names == self.names && other.kinds == self.kinds {
+        if other.names == self.names && other.kinds == self.kinds && other.units == self.units {
             return Ok(());
         }
+        let units = |p: &Projected| -> Vec<String> {
+            let named = p.names.iter().zip(&p.units);
+            named
+                .filter_map(|(n, u)| u.as_ref().map(|u| format!("{n}: {u}")))
+                .collect()
+        };
         Err(ConfigError::new(
             "paths",
             format!(
-                "{origin} has columns {:?} of kinds {:?}, but {first} has {:?} of kinds {:?}; \
-                 every file needs the same schema",
-                other.names, other.kinds, self.names, self.kinds
+                "{origin} has columns {:?} of kinds {:?} (units {:?}), but {first} has {:?} of \
+                 kinds {:?} (units {:?}); every file needs the same schema",
+                other.names,
+                other.kinds,
+                units(other),
+                self.names,
+                self.kinds,
+                units(self)
             ),
         )
         .into())

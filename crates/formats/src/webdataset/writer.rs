@@ -134,13 +134,17 @@ fn is_meta_field(name: &str) -> bool {
     name == KEY_FIELD || name == "__url__"
 }
 
+/// A sample's tar members, in order: each path and its bytes (compressed where the field
+/// is `.gz`).
+type Members<'a> = Vec<(String, Cow<'a, [u8]>)>;
+
 /// The members of one sample, sorted by field name, after checking that they read back as
 /// `key` and these fields.
 fn plan_sample<'a>(
     key: &str,
     fields: &[(&str, &'a [u8])],
     last_key: Option<&str>,
-) -> Result<Vec<(String, Cow<'a, [u8]>)>, ConfigError> {
+) -> Result<Members<'a>, ConfigError> {
     let bad = |option: &str, why: String| ConfigError::new(option, why);
     if key.is_empty() || key.contains('\0') {
         return Err(bad(
