@@ -121,9 +121,9 @@ class Loader:
       (and with ``multiprocessing_context="forkserver"``) they are forks of chute's fork
       server: a fresh interpreter, started with BLAS and OpenMP at one thread, that imports
       what ``__main__`` imports (and what reading a sample imported here) and unpickles the
-      dataset once, so the workers share those
-      pages (as DataLoader's forked workers share their parent's) and each starts in
-      milliseconds; never forks of this process, whose threads a fork would copy.
+      dataset once, so the workers share those pages (as DataLoader's forked workers share
+      their parent's) and each starts in milliseconds; never forks of this process, whose
+      threads a fork would copy.
       ``"spawn"`` starts a fresh interpreter for each. Each worker runs
       ``worker_init_fn(worker_id)``
       (``random`` and ``torch`` seeded with ``seed + worker_id``, as DataLoader seeds its

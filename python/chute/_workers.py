@@ -365,13 +365,9 @@ class WorkerPool:
             p.join(5)
             code = p.exitcode
             if not msg and code is not None and code < 0:
-                try:
-                    name = signal.Signals(-code).name
-                except ValueError:
-                    name = "?"
                 raise RuntimeError(
-                    f"chute worker process {k} (pid {p.pid}) was killed by signal {-code} "
-                    f"({name}) before it started (the out-of-memory killer sends SIGKILL)"
+                    f"chute worker process {k} (pid {p.pid}) was {_how(code)} before it "
+                    "started (the out-of-memory killer sends SIGKILL)"
                 )
             why = msg.decode(errors="replace") or f"exit code {code}"
             raise RuntimeError(f"chute worker process {k} (pid {p.pid}) failed to start: {why}")
