@@ -37,6 +37,7 @@ mod remote;
 mod source;
 mod tensor;
 mod transform;
+mod values;
 
 #[pymodule]
 mod _chute {

@@ -191,6 +191,7 @@ pub(crate) fn columns_to_dict<'py>(
                 }
                 d.set_item(name, values)?;
             }
+            Column::Values(values) => d.set_item(name, crate::values::list_of(py, &values)?)?,
             Column::Object(o) => match o.0.downcast_ref::<Py<PyAny>>() {
                 Some(v) => d.set_item(name, v.clone_ref(py))?,
                 None => {

@@ -23,7 +23,7 @@ use chute::{DType, Transform};
 use pyo3::exceptions::{PyException, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyModule, PyString};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyModule, PyString, PyTuple};
 
 use crate::errors;
 
@@ -221,6 +221,10 @@ fn to_dict<'py>(py: Python<'py>, sample: &Sample) -> PyResult<Bound<'py, PyDict>
             Field::Bytes(b) => d.set_item(name, PyBytes::new(py, b))?,
             Field::Text(b) => d.set_item(name, PyString::new(py, &String::from_utf8_lossy(b)))?,
             Field::Array(a) => d.set_item(name, to_numpy(py, np, a)?)?,
+            Field::Value(v) => d.set_item(
+                name,
+                crate::values::to_py(py, v, &mut crate::values::KeyStrings::default())?,
+            )?,
             _ => {
                 return Err(PyTypeError::new_err(format!(
                     "field {name:?} has a kind this version of the Python package cannot pass \
@@ -271,8 +275,19 @@ fn from_dict(
             Field::Bytes(Bytes::from(b.to_vec()))
         } else if let Ok(s) = v.cast::<PyString>() {
             Field::Text(Bytes::from(s.extract::<String>()?))
+        } else if v.is_none() || v.is_instance_of::<PyDict>() {
+            Field::Value(crate::values::from_py(&name, &v)?)
         } else {
-            Field::Array(to_array(py, np, &name, &v)?)
+            match to_array(py, np, &name, &v) {
+                Ok(a) => Field::Array(a),
+                // Lists of strings, of dicts, of lists of differing lengths: nested values.
+                Err(e) if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() => {
+                    crate::values::from_py(&name, &v)
+                        .map(Field::Value)
+                        .map_err(|_| e)?
+                }
+                Err(e) => return Err(e),
+            }
         };
         fields.push((FieldName::Owned(name), field));
     }

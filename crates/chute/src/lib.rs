@@ -71,8 +71,8 @@ pub mod tokenizer;
 
 pub use chute_core::Transform;
 pub use chute_core::{
-    Batch, Column, ConfigError, DType, Error, FnSource, Manifest, Sample, Shuffle, Source, State,
-    StateError, Tensor, VecSource,
+    Batch, Column, ConfigError, DType, Error, FnSource, Keys, Manifest, Sample, Shuffle, Source,
+    State, StateError, Tensor, Value, VecSource,
 };
 pub use chute_dataset::{Dataset, OpenOptions, Opened, open};
 pub use chute_formats::{Format, TokenOptions, TokenSource};

@@ -51,6 +51,34 @@ pub(crate) struct CatArgs {
     decode: Option<std::path::PathBuf>,
 }
 
+/// A nested value as JSON: records as objects, maps as lists of `[key, value]`, bytes as
+/// their length.
+fn nested_json(v: &chute::Value) -> Value {
+    use chute::Value as V;
+    match v {
+        V::Bool(b) => json!(b),
+        V::Int(i) => json!(i),
+        V::UInt(u) => json!(u),
+        V::Float(f) => json!(f),
+        V::Text(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+        V::Bytes(b) => json!({ "bytes": b.len() }),
+        V::List(items) => Value::Array(items.iter().map(nested_json).collect()),
+        V::Record(keys, values) => Value::Object(
+            keys.iter()
+                .zip(values)
+                .map(|(k, x)| (k.to_string(), nested_json(x)))
+                .collect(),
+        ),
+        V::Map(entries) => Value::Array(
+            entries
+                .iter()
+                .map(|(k, x)| json!([nested_json(k), nested_json(x)]))
+                .collect(),
+        ),
+        _ => Value::Null,
+    }
+}
+
 /// A sample as JSON: small arrays in full, bytes as their length and first bytes in hex.
 pub(crate) fn sample_json(s: &Sample) -> Value {
     let mut fields = serde_json::Map::new();
@@ -74,6 +102,7 @@ pub(crate) fn sample_json(s: &Sample) -> Value {
                     json!({ "dtype": a.dtype.name(), "shape": a.shape, "first": values })
                 }
             }
+            Field::Value(v) => nested_json(v),
             _ => Value::Null,
         };
         fields.insert(name.to_string(), v);
@@ -289,6 +318,7 @@ fn kind(f: &Field) -> String {
         Field::Bytes(_) => "bytes".into(),
         Field::Text(_) => "text".into(),
         Field::Array(a) => format!("{} {:?}", a.out_dtype(), a.shape),
+        Field::Value(_) => "nested".into(),
         _ => "?".into(),
     }
 }

@@ -15,6 +15,9 @@ pub enum Column {
     /// Arrays whose shapes differ between samples (an image without a crop, say): one tensor
     /// per sample, all of one dtype. Ask the loader for padding to get one tensor and a mask.
     List(Vec<Tensor>),
+    /// Nested values, one per sample (lists of strings, records, maps): handed to Python as
+    /// lists, dicts and scalars.
+    Values(Vec<crate::Value>),
     /// A value the engine carries without looking inside: what a source's own collation
     /// made of the whole batch (the result of a Python `collate_fn`). It has no bytes to
     /// pin or digest.
@@ -37,7 +40,7 @@ impl Column {
     pub fn as_tensor(&self) -> Option<&Tensor> {
         match self {
             Column::Tensor(t) => Some(t),
-            Column::Var(_) | Column::List(_) | Column::Object(_) => None,
+            Column::Var(_) | Column::List(_) | Column::Values(_) | Column::Object(_) => None,
         }
     }
 
@@ -47,6 +50,7 @@ impl Column {
             Column::Tensor(t) => t.as_bytes().len(),
             Column::Var(v) => v.data.as_bytes().len() + v.offsets.as_bytes().len(),
             Column::List(ts) => ts.iter().map(|t| t.as_bytes().len()).sum(),
+            Column::Values(v) => v.iter().map(crate::Value::nbytes).sum(),
             Column::Object(_) => 0,
         }
     }

@@ -22,6 +22,7 @@
 //!   (image pixels, record and decoded bytes, Example features, tokenizer inputs).
 //! - [`quiet`]: third-party decoders' panics on hostile bytes caught without a message.
 //! - `testing` (feature `testing`): manifests of synthetic shards from sample counts.
+//! - [`Value`]: a nested value (lists, records, maps) of a column that is not numbers or bytes.
 //! - [`npy`]: numpy's `.npy` header parser and writer, shared by the formats and the ops.
 //!
 //! ```
@@ -64,6 +65,7 @@ mod tensor;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod transform;
+mod value;
 
 pub use batch::{Batch, Column, Opaque, VarColumn};
 pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
@@ -82,3 +84,4 @@ pub use source::{
 pub use state::{STATE_VERSION, State};
 pub use tensor::Tensor;
 pub use transform::{Cast, Compose, Rename, Select, Slot, Transform};
+pub use value::{Keys, Value};

@@ -79,6 +79,9 @@ pub enum Field {
     Text(Bytes),
     /// A fixed-shape numeric array: collated into a `[B, ...shape]` tensor column.
     Array(Array),
+    /// A nested value (a list of strings, a record, a chat's messages): collated into a
+    /// [`crate::Column::Values`] column.
+    Value(crate::Value),
 }
 
 impl Field {
@@ -89,6 +92,7 @@ impl Field {
             Field::Bytes(b) => format!("bytes ({} bytes)", b.len()),
             Field::Text(b) => format!("text ({} bytes)", b.len()),
             Field::Array(a) => format!("a {} {:?} array", a.out_dtype(), a.shape),
+            Field::Value(v) => v.describe(),
         }
     }
 }

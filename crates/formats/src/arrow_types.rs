@@ -64,8 +64,9 @@ pub(crate) fn normal_type(dt: &DataType) -> DataType {
         ),
         DataType::Dictionary(_, v) => normal_type(v),
         DataType::Null => DataType::Boolean,
-        DataType::List(f) => DataType::List(normal_field(f)),
-        DataType::LargeList(f) => DataType::LargeList(normal_field(f)),
+        DataType::List(f) | DataType::ListView(f) => DataType::List(normal_field(f)),
+        DataType::LargeList(f) | DataType::LargeListView(f) => DataType::LargeList(normal_field(f)),
+        DataType::RunEndEncoded(_, v) => normal_type(v.data_type()),
         DataType::FixedSizeList(f, k) => DataType::FixedSizeList(normal_field(f), *k),
         other => other.clone(),
     }
@@ -170,6 +171,18 @@ pub(crate) fn normalize(col: ArrayRef, fill: Fill) -> Result<ArrayRef, String> {
         )),
         DataType::List(_) => list::<i32>(&col, fill)?,
         DataType::LargeList(_) => list::<i64>(&col, fill)?,
+        DataType::ListView(_) => normalize(view_to_list::<i32>(&col)?, fill)?,
+        DataType::LargeListView(_) => normalize(view_to_list::<i64>(&col)?, fill)?,
+        DataType::RunEndEncoded(ends, _) => {
+            let (values, at) = match ends.data_type() {
+                DataType::Int16 => runs::<arrow_array::types::Int16Type>(&col),
+                DataType::Int32 => runs::<arrow_array::types::Int32Type>(&col),
+                _ => runs::<arrow_array::types::Int64Type>(&col),
+            };
+            let taken = arrow_select::take::take(values.as_ref(), &at, None)
+                .map_err(|e| format!("{dt} column: {e}"))?;
+            normalize(taken, fill)?
+        }
         DataType::FixedSizeList(f, k) => {
             let a = col.as_fixed_size_list();
             let values = inner(a.values().clone(), fill)?;
@@ -220,6 +233,51 @@ fn list<O: OffsetSizeTrait>(col: &ArrayRef, fill: Fill) -> Result<ArrayRef, Stri
         )
         .map_err(|e| format!("{} column: {e}", col.data_type()))?,
     ))
+}
+
+/// A list view (offsets and sizes per row, in any order) as a list of the same rows.
+fn view_to_list<O: OffsetSizeTrait>(col: &ArrayRef) -> Result<ArrayRef, String> {
+    let a = col.as_list_view::<O>();
+    let (mut offsets, mut take) = (vec![O::usize_as(0)], Vec::new());
+    for i in 0..a.len() {
+        if a.is_valid(i) {
+            let at = a.value_offsets()[i].as_usize();
+            take.extend((at..at + a.value_sizes()[i].as_usize()).map(|j| j as u64));
+        }
+        offsets.push(O::usize_as(take.len()));
+    }
+    let values = arrow_select::take::take(
+        a.values().as_ref(),
+        &arrow_array::UInt64Array::from(take),
+        None,
+    )
+    .map_err(|e| e.to_string())?;
+    let (DataType::ListView(f) | DataType::LargeListView(f)) = col.data_type() else {
+        unreachable!("a list view")
+    };
+    Ok(Arc::new(
+        GenericListArray::<O>::try_new(
+            f.clone(),
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            values,
+            a.nulls().cloned(),
+        )
+        .map_err(|e| e.to_string())?,
+    ))
+}
+
+/// A run-end-encoded array's values and, per row, the place of its value in them.
+fn runs<R: arrow_array::types::RunEndIndexType>(
+    col: &ArrayRef,
+) -> (ArrayRef, arrow_array::UInt64Array) {
+    let r = col
+        .as_any()
+        .downcast_ref::<arrow_array::RunArray<R>>()
+        .expect("a run-end-encoded array");
+    let at = (0..r.len())
+        .map(|i| r.get_physical_index(i) as u64)
+        .collect();
+    (r.values().clone(), at)
 }
 
 fn widen<T: ArrowPrimitiveType>(col: &ArrayRef, f: impl Fn(T::Native) -> i64) -> ArrayRef {

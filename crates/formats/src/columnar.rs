@@ -17,6 +17,8 @@
 //! | `string`, `large_string`, `string_view` | variable-length text |
 //! | `struct<bytes: binary, ...>` (Hugging Face `Image`, `Audio`) | its `bytes`, as bytes |
 //! | temporal, decimal, fixed-size binary, dictionary and null columns | as [`crate::arrow_types`] brings them to these |
+//! | `struct<...>` | one column per leaf, named by its path (`meta.a`): see [`Projected`] |
+//! | lists of strings, bytes, bools, structs or lists; maps; unions | a [`chute_core::Value`] per row ([`Column::Values`], [`crate::values`]) |
 //!
 //! A column that holds nulls (as the files say when the source is opened) has its null slots
 //! filled and a `<name>_valid` bool column, true where a value is present, at the end of every
@@ -32,6 +34,7 @@ use std::sync::Arc;
 
 use crate::Stack;
 use crate::arrow_types::{self, Fill};
+use crate::values::Shape;
 use arrow_array::{
     Array as ArrowArray, ArrayRef, BinaryArray, FixedSizeListArray, PrimitiveArray, RecordBatch,
     StringArray, make_array,
@@ -57,6 +60,9 @@ pub(crate) enum Kind {
     Binary,
     /// UTF-8 per row: variable-length.
     Text,
+    /// Anything else (lists of strings or structs, lists of lists, maps, unions, a struct read
+    /// whole): a [`chute_core::Value`] per row ([`crate::values`]).
+    Nested,
 }
 
 fn numeric(dt: &DataType) -> Option<DType> {
@@ -93,11 +99,29 @@ fn bytes_child(dt: &DataType) -> Option<usize> {
 
 /// What `field` becomes in a batch, or an error naming it and `origin`.
 pub(crate) fn kind_of(field: &ArrowField, origin: &str) -> Result<Kind, Error> {
-    let dt = &arrow_types::normal_type(field.data_type());
-    if let Some(d) = numeric(dt) {
-        return Ok(Kind::Scalar(d));
+    let dt = field.data_type();
+    if crate::values::depth(dt) > crate::values::MAX_DEPTH {
+        return Err(ConfigError::new(
+            "columns",
+            format!(
+                "{origin}: column {:?} nests types more than {} deep; chute refuses it (project \
+                 it away with columns=[...])",
+                field.name(),
+                crate::values::MAX_DEPTH
+            ),
+        )
+        .into());
     }
-    let kind = match dt {
+    kind_of_type(dt).ok_or_else(|| unsupported(field, origin))
+}
+
+/// What a column of type `dt` becomes in a batch, if chute reads it.
+pub(crate) fn kind_of_type(dt: &DataType) -> Option<Kind> {
+    let dt = &arrow_types::normal_type(dt);
+    if let Some(d) = numeric(dt) {
+        return Some(Kind::Scalar(d));
+    }
+    let flat = match dt {
         DataType::Boolean => Some(Kind::Scalar(DType::Bool)),
         DataType::FixedSizeList(child, k) => {
             numeric(child.data_type()).map(|d| Kind::List(d, (*k).max(0) as usize))
@@ -110,16 +134,60 @@ pub(crate) fn kind_of(field: &ArrowField, origin: &str) -> Result<Kind, Error> {
         DataType::Struct(_) => bytes_child(dt).map(|_| Kind::Binary),
         _ => None,
     };
-    kind.ok_or_else(|| unsupported(field, origin))
+    flat.or_else(|| readable(dt).then_some(Kind::Nested))
+}
+
+/// Whether every type inside `dt` is one [`crate::values`] reads.
+fn readable(dt: &DataType) -> bool {
+    match dt {
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _) => readable(f.data_type()),
+        DataType::Struct(fields) => fields.iter().all(|f| readable(f.data_type())),
+        DataType::Map(entries, _) => {
+            matches!(entries.data_type(), DataType::Struct(kv) if kv.len() == 2)
+                && readable(entries.data_type())
+        }
+        DataType::Union(fields, _) => fields.iter().all(|(_, f)| readable(f.data_type())),
+        DataType::Dictionary(_, v) => readable(v),
+        DataType::RunEndEncoded(_, v) => readable(v.data_type()),
+        DataType::Null
+        | DataType::Boolean
+        | DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View
+        | DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_)
+        | DataType::Timestamp(..)
+        | DataType::Date32
+        | DataType::Date64
+        | DataType::Time32(_)
+        | DataType::Time64(_)
+        | DataType::Duration(_)
+        | DataType::Interval(_)
+        | DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => true,
+        other => numeric(other).is_some(),
+    }
+}
+
+/// Whether a column of type `dt` is read as nested values (and so is not normalized: its
+/// values are read as they are).
+pub(crate) fn nested(dt: &DataType) -> bool {
+    kind_of_type(dt) == Some(Kind::Nested)
 }
 
 fn unsupported(field: &ArrowField, origin: &str) -> Error {
     ConfigError::new(
         "columns",
         format!(
-            "{origin}: column {:?} has type {}; chute reads integer, float, bool, temporal, \
-             decimal and dictionary columns, fixed-size and variable-length lists of them, \
-             binary and string columns and structs with a `bytes` field (project it away \
+            "{origin}: column {:?} has type {}, which chute does not read (project it away \
              with columns=[...] or convert it)",
             field.name(),
             field.data_type()
@@ -182,6 +250,11 @@ pub(crate) struct At {
 pub(crate) struct Table {
     pub(crate) names: Vec<String>,
     pub(crate) kinds: Vec<Kind>,
+    /// Per column, the top-level column it lies in and the path to it ([`Projected`]'s).
+    pub(crate) places: Vec<usize>,
+    pub(crate) paths: Vec<Vec<String>>,
+    /// Per nested column, how its values are read.
+    pub(crate) shapes: Vec<Option<Shape>>,
     pub(crate) layout: Layout,
     /// What null slots of the masked columns (`layout.masked`) are filled with.
     pub(crate) fill: Fill,
@@ -197,14 +270,34 @@ impl Table {
         masked: Vec<bool>,
         fill: Fill,
     ) -> Result<Table, Error> {
-        let Projected { names, kinds, .. } = projected;
+        let Projected {
+            names,
+            kinds,
+            places,
+            paths,
+            types,
+            ..
+        } = projected;
         let layout = Layout::new(&names, &kinds, stack, origin, masked)?;
+        let shapes = kinds
+            .iter()
+            .zip(&types)
+            .map(|(&k, dt)| (k == Kind::Nested).then(|| Shape::of(dt)))
+            .collect();
         Ok(Table {
             names,
             kinds,
+            places,
+            paths,
+            shapes,
             layout,
             fill,
         })
+    }
+
+    /// Column `c` from the top-level columns of [`Table::roots`] (see [`Projected::pick`]).
+    pub(crate) fn pick(&self, roots: &[ArrayRef], c: usize) -> Result<ArrayRef, String> {
+        pick(&self.places, &self.paths, roots, c)
     }
 
     /// The fill for column `c`'s nulls, where it is masked.
@@ -238,24 +331,17 @@ impl Table {
         manifest
     }
 
-    /// Row `row` of `columns` as a sample with id `id`; `null(c)` makes the error for a null
-    /// in column `c` (see [`Table::null_error`]).
+    /// Row `row` of `columns` as a sample with id `id`; `fail(c, why)` makes the error for
+    /// a null in column `c` (`why` is `None`), or a value it cannot read (see
+    /// [`Table::null_error`]).
     pub(crate) fn sample_at(
         &self,
         id: u64,
         columns: &[ArrayRef],
         row: usize,
-        null: impl Fn(usize) -> Error,
+        fail: impl Fn(usize, Option<String>) -> Error,
     ) -> Result<Sample, Error> {
-        sample_at(
-            id,
-            &self.names,
-            &self.kinds,
-            &self.layout,
-            columns,
-            row,
-            null,
-        )
+        sample_at(self, id, columns, row, fail)
     }
 
     /// A batch's rows gathered into columns (see [`gather`]).
@@ -265,23 +351,25 @@ impl Table {
         mirrors: Option<Mirrors<'_>>,
         rows: &[(usize, usize)],
         pool: &BufferPool,
-        null: impl Fn(usize, usize, usize) -> Error,
+        fail: impl Fn(usize, usize, usize, Option<String>) -> Error,
     ) -> Result<Vec<(String, Column)>, Error> {
-        gather(
-            &self.names,
-            &self.kinds,
-            &self.layout,
-            parts,
-            mirrors,
-            rows,
-            pool,
-            null,
-        )
+        gather(self, parts, mirrors, rows, pool, fail)
     }
 
-    /// The error for a null in column `c`, row `row` of the part `at`: the one message every
+    /// The error for a null in column `c`, row `row` of the part `at` (`why` is `None`), or
+    /// for a value there that cannot be read (`why` says what): the one message every
     /// columnar source gives.
-    pub(crate) fn null_error(&self, at: At, row: usize, c: usize) -> Error {
+    pub(crate) fn null_error(&self, at: At, row: usize, c: usize, why: Option<String>) -> Error {
+        if let Some(why) = why {
+            return Error::corrupt(
+                at.origin,
+                at.offset,
+                format!(
+                    "column {:?}, row {row} of {}: {why}",
+                    self.names[c], at.part
+                ),
+            );
+        }
         Error::corrupt(
             at.origin,
             at.offset,
@@ -296,39 +384,82 @@ impl Table {
     }
 }
 
-/// The places in `schema` of `columns` (all of them when `None`).
-pub(crate) fn projection(
-    schema: &Schema,
-    columns: Option<&[String]>,
-    origin: &str,
-) -> Result<Vec<usize>, Error> {
-    match columns {
-        None => Ok((0..schema.fields().len()).collect()),
-        Some(cols) => cols
-            .iter()
-            .map(|c| {
-                schema.index_of(c).map_err(|_| {
-                    let have: Vec<&str> =
-                        schema.fields().iter().map(|f| f.name().as_str()).collect();
-                    Error::from(ConfigError::new(
-                        "columns",
-                        format!("{origin} has no column {c:?}; it has {have:?}"),
-                    ))
-                })
-            })
-            .collect(),
+/// Whether a field is a struct read as its leaves (not a Hugging Face `struct<bytes, ...>`,
+/// which is read as its bytes).
+fn flattens(field: &ArrowField) -> bool {
+    matches!(field.data_type(), DataType::Struct(f) if !f.is_empty())
+        && bytes_child(field.data_type()).is_none()
+}
+
+/// A field found in a schema: its top-level column's place, the path of struct fields to it
+/// from there, its name in a batch and the field.
+type Found = (usize, Vec<String>, String, ArrowField);
+
+/// Adds `field` (at `path` under top-level column `place`, named `name`) to `out`: itself,
+/// or, for a struct, each of its leaves, named by their paths (`meta.a`).
+fn leaves(place: usize, path: Vec<String>, name: String, field: &ArrowField, out: &mut Vec<Found>) {
+    match field.data_type() {
+        DataType::Struct(children) if flattens(field) => {
+            for child in children {
+                let mut path = path.clone();
+                path.push(child.name().clone());
+                leaves(place, path, format!("{name}.{}", child.name()), child, out);
+            }
+        }
+        _ => out.push((place, path, name, field.clone())),
     }
 }
 
+/// The field of `schema` named `name`: a top-level column, or a field inside struct columns
+/// named by its path (`meta.a`, `meta.b.c`); its top-level column's place and the path to it.
+fn resolve(schema: &Schema, name: &str) -> Option<(usize, Vec<String>, ArrowField)> {
+    fn inside(
+        fields: &arrow_schema::Fields,
+        name: &str,
+    ) -> Option<(usize, Vec<String>, ArrowField)> {
+        if let Some(i) = fields.iter().position(|f| f.name() == name) {
+            return Some((i, Vec::new(), fields[i].as_ref().clone()));
+        }
+        fields.iter().enumerate().find_map(|(i, f)| {
+            let rest = name.strip_prefix(f.name().as_str())?.strip_prefix('.')?;
+            let DataType::Struct(children) = f.data_type() else {
+                return None;
+            };
+            let (j, mut path, leaf) = inside(children, rest)?;
+            path.insert(0, children[j].name().clone());
+            Some((i, path, leaf))
+        })
+    }
+    inside(schema.fields(), name)
+}
+
+/// Every column of `schema` as a batch has them (structs as their leaves).
+fn all_leaves(schema: &Schema) -> Vec<Found> {
+    let mut all = Vec::new();
+    for (i, f) in schema.fields().iter().enumerate() {
+        leaves(i, Vec::new(), f.name().clone(), f, &mut all);
+    }
+    all
+}
+
 /// The columns a source reads from a file's schema: their places in it, names and kinds.
+/// A struct column is read as its leaves, each a column named by its path (`meta.a`); a
+/// leaf is selected by its path, a struct by its name (all of its leaves).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Projected {
+    /// Per column, the place in the schema of the top-level column it is, or lies in.
     pub(crate) places: Vec<usize>,
+    /// Per column, the struct fields from its top-level column down to it (empty: the
+    /// top-level column itself).
+    pub(crate) paths: Vec<Vec<String>>,
     pub(crate) names: Vec<String>,
     pub(crate) kinds: Vec<Kind>,
     /// Per column, the unit its numbers count where the type has one (`timestamp[us]`,
-    /// `date32`): files of one source must agree on it as on the kinds.
+    /// `date32`), or a nested column's type: files of one source must agree on it as on the
+    /// kinds.
     pub(crate) units: Vec<Option<String>>,
+    /// Per column, its Arrow type (what a nested column's values are read by).
+    pub(crate) types: Vec<DataType>,
 }
 
 impl Projected {
@@ -339,25 +470,60 @@ impl Projected {
         columns: Option<&[String]>,
         origin: &str,
     ) -> Result<Projected, Error> {
-        let places = projection(schema, columns, origin)?;
-        let names = places
-            .iter()
-            .map(|&i| schema.field(i).name().clone())
-            .collect();
-        let kinds = places
-            .iter()
-            .map(|&i| kind_of(schema.field(i), origin))
-            .collect::<Result<_, _>>()?;
-        let units = places
-            .iter()
-            .map(|&i| arrow_types::unit(schema.field(i).data_type()))
-            .collect();
-        Ok(Projected {
-            places,
-            names,
-            kinds,
-            units,
-        })
+        let found = match columns {
+            None => all_leaves(schema),
+            Some(cols) => {
+                let mut found = Vec::new();
+                for c in cols {
+                    let Some((i, path, field)) = resolve(schema, c) else {
+                        let all = all_leaves(schema);
+                        let have: Vec<&str> = all.iter().map(|(.., n, _)| n.as_str()).collect();
+                        return Err(ConfigError::new(
+                            "columns",
+                            format!("{origin} has no column {c:?}; it has {have:?}"),
+                        )
+                        .into());
+                    };
+                    leaves(i, path, c.clone(), &field, &mut found);
+                }
+                found
+            }
+        };
+        let mut projected = Projected {
+            places: Vec::with_capacity(found.len()),
+            paths: Vec::with_capacity(found.len()),
+            names: Vec::with_capacity(found.len()),
+            kinds: Vec::with_capacity(found.len()),
+            units: Vec::with_capacity(found.len()),
+            types: Vec::with_capacity(found.len()),
+        };
+        for (place, path, name, field) in found {
+            let kind = kind_of(&field.clone().with_name(name.clone()), origin)?;
+            let dt = field.data_type();
+            projected.units.push(match kind {
+                Kind::Nested => Some(dt.to_string()),
+                _ => arrow_types::unit(dt),
+            });
+            projected.places.push(place);
+            projected.paths.push(path);
+            projected.names.push(name);
+            projected.kinds.push(kind);
+            projected.types.push(dt.clone());
+        }
+        Ok(projected)
+    }
+
+    /// The distinct top-level columns the columns lie in, in order of first use: what a
+    /// reader of whole top-level columns projects.
+    pub(crate) fn roots(&self) -> Vec<usize> {
+        roots(&self.places)
+    }
+
+    /// Column `c` from the top-level columns `roots` (those of [`Projected::roots`], in that
+    /// order): the top-level column, or the field its path names, null wherever a struct
+    /// above it is.
+    pub(crate) fn pick(&self, roots: &[ArrayRef], c: usize) -> Result<ArrayRef, String> {
+        pick(&self.places, &self.paths, roots, c)
     }
 
     /// Refuses `other` (the columns of `origin`) unless they are these (those of `first`):
@@ -392,6 +558,66 @@ impl Projected {
         )
         .into())
     }
+}
+
+/// The distinct `places`, in order of first use.
+fn roots(places: &[usize]) -> Vec<usize> {
+    let mut roots = Vec::new();
+    for &p in places {
+        if !roots.contains(&p) {
+            roots.push(p);
+        }
+    }
+    roots
+}
+
+/// Column `c` (at `places[c]`, `paths[c]`) from `roots`, the top-level columns of
+/// [`roots`]`(places)`.
+fn pick(
+    places: &[usize],
+    paths: &[Vec<String>],
+    roots_read: &[ArrayRef],
+    c: usize,
+) -> Result<ArrayRef, String> {
+    let at = roots(places)
+        .iter()
+        .position(|&r| r == places[c])
+        .ok_or("a column's top-level column was not read")?;
+    let col = roots_read
+        .get(at)
+        .ok_or("a top-level column is missing")?
+        .clone();
+    descend(col, &paths[c])
+}
+
+/// The field at `path` (names of struct fields, one a level) inside `col`, null wherever a
+/// struct on the way is.
+pub(crate) fn descend(mut col: ArrayRef, path: &[String]) -> Result<ArrayRef, String> {
+    for name in path {
+        let Some(s) = col.as_struct_opt() else {
+            return Err(format!(
+                "field {name:?} is read inside a {} column",
+                col.data_type()
+            ));
+        };
+        let child = s
+            .column_by_name(name)
+            .ok_or_else(|| format!("the struct has no field {name:?}"))?
+            .clone();
+        col = if s.null_count() == 0 {
+            child
+        } else {
+            let nulls = NullBuffer::union(s.nulls(), child.nulls());
+            let data = child
+                .to_data()
+                .into_builder()
+                .nulls(nulls)
+                .build()
+                .map_err(|e| format!("struct field {name:?}: {e}"))?;
+            make_array(data)
+        };
+    }
+    Ok(col)
 }
 
 /// `col` as its kind reads it: a struct with a `bytes` child becomes that child, null where
@@ -522,9 +748,15 @@ fn fixed_list_values(col: &dyn ArrowArray, d: DType) -> &[u8] {
     &raw[list.value_offset_at(0) * d.size()..]
 }
 
-/// Row `row` of `col` (of `kind`, not null there) as a field.
-pub(crate) fn field_at(col: &dyn ArrowArray, kind: Kind, row: usize) -> Field {
-    match kind {
+/// Row `row` of `col` (of `kind`, not null there unless nested; read by `shape` where
+/// nested) as a field.
+pub(crate) fn field_at(
+    col: &dyn ArrowArray,
+    kind: Kind,
+    shape: Option<&Shape>,
+    row: usize,
+) -> Result<Field, String> {
+    Ok(match kind {
         Kind::Scalar(d) => {
             let mut v = vec![0u8; d.size()];
             scalar_at(col, d, row, &mut v);
@@ -545,7 +777,12 @@ pub(crate) fn field_at(col: &dyn ArrowArray, kind: Kind, row: usize) -> Field {
         }
         Kind::Binary => Field::Bytes(shared_bytes(col, row)),
         Kind::Text => Field::Text(shared_bytes(col, row)),
-    }
+        Kind::Nested => Field::Value(
+            shape
+                .ok_or("a nested column without its shape")?
+                .value(col, row)?,
+        ),
+    })
 }
 
 /// One field of a batch: a projected column as it is, or columns stacked into one.
@@ -684,17 +921,22 @@ pub(crate) fn stack_param(stack: &Stack) -> String {
         .join(";")
 }
 
-/// Row `row` of `columns` (named `names`, of `kinds`, laid out by `layout`) as a sample with
-/// id `id`; `null` makes the error for a null value in column `c`.
-pub(crate) fn sample_at(
+/// Row `row` of `columns` (the columns of `table`) as a sample with id `id`; `fail` makes the
+/// error for a null value in column `c`, or a value that cannot be read.
+fn sample_at(
+    table: &Table,
     id: u64,
-    names: &[String],
-    kinds: &[Kind],
-    layout: &Layout,
     columns: &[ArrayRef],
     row: usize,
-    null: impl Fn(usize) -> Error,
+    fail: impl Fn(usize, Option<String>) -> Error,
 ) -> Result<Sample, Error> {
+    let Table {
+        names,
+        kinds,
+        layout,
+        ..
+    } = table;
+    let null = |c| fail(c, None);
     let mut sample = Sample::new(id);
     for out in &layout.outs {
         match out {
@@ -703,10 +945,11 @@ pub(crate) fn sample_at(
                 if col.is_null(row) && !layout.masked[c] {
                     return Err(null(c));
                 }
-                sample.fields.push((
-                    FieldName::Owned(names[c].clone()),
-                    field_at(col, kinds[c], row),
-                ));
+                let field = field_at(col, kinds[c], table.shapes[c].as_ref(), row)
+                    .map_err(|why| fail(c, Some(why)))?;
+                sample
+                    .fields
+                    .push((FieldName::Owned(names[c].clone()), field));
             }
             &Out::Valid(c) => {
                 let valid = u8::from(columns[c].is_valid(row));
@@ -753,22 +996,26 @@ fn fixed_values(col: &dyn ArrowArray, kind: Kind) -> &[u8] {
 pub(crate) type Mirrors<'a> = (&'a [&'a RowMajor], &'a [(usize, usize)]);
 
 /// The columnar fast path: the batch whose row `i` is row `rows[i].1` of part `rows[i].0`
-/// (a row group, a record batch), where `parts[p]` holds part `p`'s columns (named `names`,
-/// of `kinds`, laid out by `layout`). `null(part, row, column)` makes the error for a null
-/// value. `mirrors`, [`RowMajor`] copies with the batch's place in them (`(copy, row)` per
+/// (a row group, a record batch), where `parts[p]` holds part `p`'s columns (those of
+/// `table`). `fail(part, row, column, why)` makes the error for a null value (`why` is
+/// `None`) or a value that cannot be read. `mirrors`, [`RowMajor`] copies with the batch's place in them (`(copy, row)` per
 /// row, as `rows`) when the caller keeps them, serve the fixed-width fields of a batch whose
 /// rows are not consecutive.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gather(
-    names: &[String],
-    kinds: &[Kind],
-    layout: &Layout,
+fn gather(
+    table: &Table,
     parts: &[&[ArrayRef]],
     mirrors: Option<Mirrors<'_>>,
     rows: &[(usize, usize)],
     pool: &BufferPool,
-    null: impl Fn(usize, usize, usize) -> Error,
+    fail: impl Fn(usize, usize, usize, Option<String>) -> Error,
 ) -> Result<Vec<(String, Column)>, Error> {
+    let Table {
+        names,
+        kinds,
+        layout,
+        ..
+    } = table;
+    let null = |p, row, c| fail(p, row, c, None);
     let n = rows.len();
     // A batch of consecutive rows of one part (a read in file order) copies each fixed-width
     // column with one move.
@@ -835,6 +1082,19 @@ pub(crate) fn gather(
             continue;
         }
         let (name, column) = match field {
+            &Out::Column(c) if kinds[c] == Kind::Nested => {
+                nulls(c)?;
+                let shape = table.shapes[c].as_ref().expect("a nested column's shape");
+                let values = rows
+                    .iter()
+                    .map(|&(p, row)| {
+                        shape
+                            .value(parts[p][c].as_ref(), row)
+                            .map_err(|why| fail(p, row, c, Some(why)))
+                    })
+                    .collect::<Result<_, _>>()?;
+                (names[c].clone(), Column::Values(values))
+            }
             &Out::Column(c) => {
                 nulls(c)?;
                 (
@@ -1052,6 +1312,7 @@ fn column(
                 })
                 .collect(),
         ),
+        Kind::Nested => unreachable!("gather reads nested columns itself"),
         Kind::Binary | Kind::Text => {
             let values = rows
                 .iter()
@@ -1382,6 +1643,10 @@ pub(crate) fn checked(
             .validate_full()
             .map_err(|e| format!("{} is corrupt: {e}", what()))?;
     }
+    if nested(col.data_type()) {
+        // Read as it is, by `crate::values`: a null row is `None`, nulls inside are kept.
+        return Ok(col);
+    }
     let col = arrow_types::normalize(col, fill.unwrap_or_default())
         .map_err(|e| format!("{}: {e}", what()))?;
     match fill {
@@ -1530,7 +1795,9 @@ impl RowBuilder {
                     raw.into(),
                     None,
                 )),
-                Kind::VarList(_) => unreachable!("the builder makes no variable-length lists"),
+                Kind::VarList(_) | Kind::Nested => {
+                    unreachable!("the builder makes no variable-length lists or nested values")
+                }
                 Kind::Text => Arc::new(
                     StringArray::try_new(
                         OffsetBuffer::new(ScalarBuffer::from(offs)),

@@ -139,8 +139,8 @@ impl ArrowSource {
                 })?;
             let (schema, dictionaries, these_parts) = scanned;
             let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
-            let projection = these.places.clone();
-            let holes = nulls_in(&schema, &projection, &dictionaries, &these_parts, &data);
+            let projection = these.roots();
+            let holes = nulls_in(&schema, &these, &dictionaries, &these_parts, &data);
             columnar::add_nulls(&mut nulls, holes);
             match &first {
                 None => first = Some((origin.clone(), these)),
@@ -171,27 +171,42 @@ impl ArrowSource {
         options: ArrowOptions,
     ) -> Result<Self, Error> {
         let projected = columnar::Projected::of(&schema, options.columns.as_deref(), origin)?;
-        let nulls: Vec<bool> = projected
-            .places
+        let roots = projected.roots();
+        // Each batch's columns, picked out of their top-level columns.
+        let picked = batches
             .iter()
-            .map(|&i| {
-                batches
+            .enumerate()
+            .map(|(b, batch)| {
+                let top: Vec<ArrayRef> = roots.iter().map(|&i| batch.column(i).clone()).collect();
+                (0..projected.names.len())
+                    .map(|c| {
+                        projected.pick(&top, c).map_err(|why| {
+                            let name = &projected.names[c];
+                            format!("record batch {b}: column {name:?}: {why}")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, String>>()
+            })
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(|reason| Error::corrupt(origin, 0, reason))?;
+        let nulls: Vec<bool> = (0..projected.names.len())
+            .map(|c| {
+                picked
                     .iter()
-                    .any(|b| crate::arrow_types::has_nulls(b.column(i).as_ref()))
+                    .any(|cols| crate::arrow_types::has_nulls(cols[c].as_ref()))
             })
             .collect();
         let masked = columnar::masked(&nulls, options.nulls);
         let mut parts = Vec::with_capacity(batches.len());
-        for (b, batch) in batches.into_iter().enumerate() {
+        for (b, (batch, cols)) in batches.into_iter().zip(picked).enumerate() {
             let rows = batch.num_rows();
-            let columns = projected
-                .places
-                .iter()
+            let columns = cols
+                .into_iter()
                 .zip(&projected.names)
                 .zip(&masked)
-                .map(|((&i, name), &m)| {
+                .map(|((col, name), &m)| {
                     let fill = m.then_some(options.fill_null);
-                    columnar::checked(batch.column(i).clone(), rows, false, fill, || {
+                    columnar::checked(col, rows, false, fill, || {
                         format!("record batch {b}: column {name:?}")
                     })
                 })
@@ -388,25 +403,26 @@ impl ArrowSource {
         )
         .map_err(|e| e.to_string())?;
         let rows = part.rows as usize;
-        decoded
-            .columns()
-            .iter()
-            .zip(&self.table.names)
-            .enumerate()
-            .map(|(i, (c, name))| {
-                let fill = self.table.fill_of(i);
-                columnar::checked(c.clone(), rows, false, fill, || format!("column {name:?}"))
+        (0..self.table.names.len())
+            .map(|c| {
+                let name = &self.table.names[c];
+                let col = self
+                    .table
+                    .pick(decoded.columns(), c)
+                    .map_err(|why| format!("column {name:?}: {why}"))?;
+                let fill = self.table.fill_of(c);
+                columnar::checked(col, rows, false, fill, || format!("column {name:?}"))
             })
             .collect()
     }
 
-    fn null_error(&self, p: usize, row: usize, c: usize) -> Error {
+    fn null_error(&self, p: usize, row: usize, c: usize, why: Option<String>) -> Error {
         let at = columnar::At {
             origin: self.part_origin(p).to_string(),
             offset: self.parts[p].offset,
             part: format!("record batch {p}"),
         };
-        self.table.null_error(at, row, c)
+        self.table.null_error(at, row, c, why)
     }
 
     /// The row behind sample `id`, checked against the dataset's length.
@@ -436,7 +452,7 @@ impl Source for ArrowSource {
         let (p, row) = self.locate(self.row(id)?);
         let columns = self.part(p)?;
         self.table
-            .sample_at(id, columns, row, |c| self.null_error(p, row, c))
+            .sample_at(id, columns, row, |c, why| self.null_error(p, row, c, why))
     }
 
     fn collate(
@@ -473,9 +489,10 @@ impl ArrowSource {
             .iter()
             .map(|&p| self.part(p))
             .collect::<Result<Vec<_>, _>>()?;
-        self.table.gather(&parts, None, &rows, pool, |at, row, c| {
-            self.null_error(used[at], row, c)
-        })
+        self.table
+            .gather(&parts, None, &rows, pool, |at, row, c, why| {
+                self.null_error(used[at], row, c, why)
+            })
     }
 }
 
@@ -661,12 +678,12 @@ fn nodes_of(dt: &arrow_schema::DataType) -> usize {
     }
 }
 
-/// Per column of `projection` (places in `schema`): whether a record batch of `parts` (of
-/// the file `data`) says it holds a null, or its dictionary does. Read from the messages'
-/// field nodes: nothing is decoded.
+/// Per column of `projected` (of `schema`): whether a record batch of `parts` (of the file
+/// `data`) says it holds a null (or a struct it lies in does), or its dictionary does. Read
+/// from the messages' field nodes: nothing is decoded.
 fn nulls_in(
     schema: &Schema,
-    projection: &[usize],
+    projected: &columnar::Projected,
     dictionaries: &HashMap<i64, ArrayRef>,
     parts: &[Part],
     data: &Buffer,
@@ -678,17 +695,34 @@ fn nulls_in(
         at += nodes_of(f.data_type());
     }
     let dictionary_nulls = dictionaries.values().any(|d| d.null_count() > 0);
-    projection
+    projected
+        .places
         .iter()
-        .map(|&i| {
-            let field = schema.field(i);
-            if matches!(field.data_type(), arrow_schema::DataType::Null) {
+        .zip(&projected.paths)
+        .zip(&projected.types)
+        .map(|((&i, path), dt)| {
+            if matches!(dt, arrow_schema::DataType::Null) {
                 return true;
             }
-            if matches!(field.data_type(), arrow_schema::DataType::Dictionary(..))
-                && dictionary_nulls
-            {
+            if matches!(dt, arrow_schema::DataType::Dictionary(..)) && dictionary_nulls {
                 return true;
+            }
+            // The nodes of the top-level column and of each struct field down the path.
+            let mut along = vec![first_node[i]];
+            let mut dt = schema.field(i).data_type();
+            for name in path {
+                let arrow_schema::DataType::Struct(fields) = dt else {
+                    break;
+                };
+                let mut node = along[along.len() - 1] + 1;
+                for f in fields {
+                    if f.name() == name {
+                        dt = f.data_type();
+                        break;
+                    }
+                    node += nodes_of(f.data_type());
+                }
+                along.push(node);
             }
             parts.iter().any(|p| {
                 let nodes = root_as_message(&data[p.meta.clone()])
@@ -698,10 +732,9 @@ fn nulls_in(
                 // A message whose nodes cannot be read fails when it is decoded; until then
                 // it may hold anything.
                 nodes.is_none_or(|nodes| {
-                    nodes
+                    along
                         .iter()
-                        .nth(first_node[i])
-                        .is_none_or(|n| n.null_count() > 0)
+                        .any(|&k| nodes.iter().nth(k).is_none_or(|n| n.null_count() > 0))
                 })
             })
         })
@@ -1380,16 +1413,27 @@ mod tests {
             Arc::new(Int32Array::from(vec![1])) as ArrayRef,
         )])) as ArrayRef;
         let batch = RecordBatch::try_from_iter([("s", nested)]).unwrap();
-        let e = ArrowSource::from_batches(
+        let src = ArrowSource::from_batches(
             batch.schema(),
             vec![batch],
             None,
             "mem://x",
             ArrowOptions::default(),
         )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("column \"s\" has type Struct"), "{e}");
+        .unwrap();
+        assert_eq!(src.columns(), ["s.a"], "a struct is read as its leaves");
+        // Types nested past the limit are refused, named.
+        let mut deep = DataType::Int32;
+        for _ in 0..70 {
+            deep = DataType::List(Arc::new(ArrowField::new("item", deep, true)));
+        }
+        let schema = Arc::new(arrow_schema::Schema::new(vec![ArrowField::new(
+            "d", deep, true,
+        )]));
+        let e = ArrowSource::from_batches(schema, vec![], None, "mem://x", ArrowOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"d\" nests types more than 64 deep"), "{e}");
 
         let good = encode(&(0..6).map(sample).collect::<Vec<_>>(), 2, true, false);
         for cut in [7, 20, good.len() - 3] {

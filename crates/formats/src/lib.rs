@@ -75,6 +75,8 @@ pub mod tar;
 pub mod testing;
 pub mod tfrecord;
 mod tokens;
+#[cfg(feature = "arrow")]
+mod values;
 pub mod webdataset;
 mod whole;
 

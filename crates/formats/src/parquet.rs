@@ -297,6 +297,7 @@ impl ParquetSource {
             let schema = meta.schema().clone();
             let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
             let indices = these.places.clone();
+            let paths = these.paths.clone();
             match &first {
                 None => first = Some((origin.clone(), these)),
                 Some((name, cols)) => cols.check_same(&these, name, &origin)?,
@@ -304,26 +305,54 @@ impl ParquetSource {
             // Whether a projected column holds a null: a leaf under it whose statistics count
             // one, or a nullable leaf without a count.
             let descr = meta.parquet_schema();
-            let holes = indices.iter().map(|&i| {
-                (0..descr.num_columns())
-                    .filter(|&l| descr.get_column_root_idx(l) == i)
-                    .any(|l| {
-                        meta.metadata().row_groups().iter().any(|rg| {
-                            match rg.column(l).statistics().and_then(|s| s.null_count_opt()) {
-                                Some(n) => n > 0,
-                                None => descr.column(l).max_def_level() > 0,
-                            }
+            // Per projected column, the Parquet leaves under it.
+            let under: Vec<Vec<usize>> = indices
+                .iter()
+                .zip(&paths)
+                .map(|(&i, path)| {
+                    let root = schema.field(i).name();
+                    (0..descr.num_columns())
+                        .filter(|&l| {
+                            let column = descr.column(l);
+                            let parts = column.path().parts();
+                            descr.get_column_root_idx(l) == i
+                                && parts.first() == Some(root)
+                                && parts.len() > path.len()
+                                && parts[1..=path.len()] == path[..]
                         })
+                        .collect()
+                })
+                .collect();
+            let holes = under.iter().map(|leaves| {
+                leaves.iter().any(|&l| {
+                    meta.metadata().row_groups().iter().any(|rg| {
+                        match rg.column(l).statistics().and_then(|s| s.null_count_opt()) {
+                            Some(n) => n > 0,
+                            None => descr.column(l).max_def_level() > 0,
+                        }
                     })
+                })
             });
             columnar::add_nulls(&mut nulls, holes);
             let masks = indices
                 .iter()
-                .map(|&i| ProjectionMask::roots(meta.parquet_schema(), [i]))
+                .zip(&paths)
+                .zip(&under)
+                .map(|((&i, path), leaves)| {
+                    if path.is_empty() {
+                        ProjectionMask::roots(meta.parquet_schema(), [i])
+                    } else {
+                        ProjectionMask::leaves(meta.parquet_schema(), leaves.iter().copied())
+                    }
+                })
                 .collect();
             let flat = indices
                 .iter()
-                .map(|&i| {
+                .zip(&paths)
+                .map(|(&i, path)| {
+                    if !path.is_empty() {
+                        return None; // read by arrow-rs, then picked out of its struct
+                    }
                     let descr = meta.parquet_schema();
                     let mut leaves =
                         (0..descr.num_columns()).filter(|&l| descr.get_column_root_idx(l) == i);
@@ -666,7 +695,8 @@ impl ParquetSource {
                         "row group {gi}: column {name:?} decoded into several"
                     ));
                 }
-                batch.column(0).clone()
+                columnar::descend(batch.column(0).clone(), &self.table.paths[c])
+                    .map_err(|why| format!("row group {gi}, column {name:?}: {why}"))?
             }
         };
         let k = cursor.as_mut().expect("set above");
@@ -789,7 +819,7 @@ impl ParquetSource {
     }
 
     /// An error for a null in column `col`, row `row` of piece `p`.
-    fn null_error(&self, p: usize, row: usize, col: usize) -> Error {
+    fn null_error(&self, p: usize, row: usize, col: usize, why: Option<String>) -> Error {
         let Piece { group, first, .. } = self.pieces[p];
         let (fi, gi, _) = self.groups[group];
         let at = columnar::At {
@@ -797,7 +827,7 @@ impl ParquetSource {
             offset: self.offsets[group],
             part: format!("row group {gi}"),
         };
-        self.table.null_error(at, first as usize + row, col)
+        self.table.null_error(at, first as usize + row, col, why)
     }
 
     /// Refuses reads under a global shuffle the decoded cache cannot serve: a batch of rows
@@ -845,7 +875,7 @@ impl Source for ParquetSource {
         let columns = self.piece(p)?;
         let sample = self
             .table
-            .sample_at(id, &columns, row, |c| self.null_error(p, row, c));
+            .sample_at(id, &columns, row, |c, why| self.null_error(p, row, c, why));
         drop(columns);
         self.consume(p, 1);
         sample
@@ -970,7 +1000,7 @@ impl ParquetSource {
             Some((copies.as_slice(), mrows.as_slice())),
             &rows,
             pool,
-            |at, row, c| self.null_error(pieces[at].0, row, c),
+            |at, row, c, why| self.null_error(pieces[at].0, row, c, why),
         );
         drop(copies);
         drop(mirrors);

@@ -42,6 +42,7 @@ pub(crate) fn collate(
             }
             Field::Bytes(_) => collate_var(samples, j, name, false, pool)?,
             Field::Text(_) => collate_var(samples, j, name, true, pool)?,
+            Field::Value(_) => collate_values(samples, j, name)?,
             _ => {
                 return Err(Error::Collate {
                     sample: sample_ref(first),
@@ -271,6 +272,18 @@ fn collate_var(
         values.iter().map(|b| &b[..]),
         text,
     )))
+}
+
+/// Field `j` (`name`) of every sample, each a nested value: kept as they are, one a row.
+fn collate_values(samples: &[Sample], j: usize, name: &str) -> Result<Column, Error> {
+    let value = |s: &Sample| match field(s, j, name) {
+        Some(Field::Value(v)) => Ok(v.clone()),
+        Some(_) => Err(kind_mismatch(s, name, "a nested value")),
+        None => Err(missing(s, name)),
+    };
+    Ok(Column::Values(
+        samples.iter().map(value).collect::<Result<_, _>>()?,
+    ))
 }
 
 pub(crate) fn sample_ref(s: &Sample) -> SampleRef {

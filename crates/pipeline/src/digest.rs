@@ -37,6 +37,13 @@ impl StreamDigest {
                 Column::Tensor(t) => vec![t],
                 Column::Var(v) => vec![&v.offsets, &v.data],
                 Column::List(ts) => ts.iter().collect(),
+                Column::Values(values) => {
+                    h.update(b"values");
+                    for v in values {
+                        v.encode(&mut |b| h.update(b));
+                    }
+                    vec![]
+                }
                 _ => vec![],
             };
             for t in tensors {

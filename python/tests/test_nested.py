@@ -1,0 +1,216 @@
+"""Nested columns (lists of strings, a chat's `messages`, structs, maps, unions, lists of
+lists, run-end-encoded and list-view columns) read by chute with the values pyarrow and
+`datasets` give: from Parquet and Arrow files written by pyarrow, from in-memory tables and
+from Hugging Face datasets built by the real `datasets` package."""
+
+import datetime
+import decimal
+
+import numpy as np
+import pytest
+
+import chute
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+ipc = pytest.importorskip("pyarrow.ipc")
+
+
+def chat_rows(n=60):
+    rows = []
+    for k in range(n):
+        messages = [{"role": "system", "content": f"be brief {k}"}] if k % 3 == 0 else []
+        messages += [
+            {"role": "user", "content": f"question {k}"},
+            {"role": "assistant", "content": "answer " * (k % 4 + 1)},
+        ]
+        rows.append({
+            "messages": messages,
+            "tags": [f"t{j}" for j in range(k % 3)] if k % 5 else None,
+            "meta": {"source": f"s{k % 2}", "score": k / 4, "inner": {"n": k}},
+            "grid": [[k, k + 1], [], [k * 2]],
+            "id": k,
+        })
+    return rows
+
+
+def nested_table(n=60):
+    rows = chat_rows(n)
+    base = datetime.datetime(2024, 1, 1)
+    t = pa.Table.from_pylist(rows)
+    extra = {
+        "props": pa.array([[("a", k), ("b", -k)] if k % 4 else None for k in range(n)],
+                          pa.map_(pa.string(), pa.int64())),
+        "when": pa.array([[base + datetime.timedelta(seconds=k)] for k in range(n)],
+                         pa.list_(pa.timestamp("ms"))),
+        "prices": pa.array([[decimal.Decimal(k) / 100] for k in range(n)],
+                           pa.list_(pa.decimal128(9, 2))),
+        "flags": pa.array([[k % 2 == 0, None] for k in range(n)], pa.list_(pa.bool_())),
+        "blobs": pa.array([[bytes([k % 256]) * 3] for k in range(n)], pa.list_(pa.binary())),
+    }
+    for name, col in extra.items():
+        t = t.append_column(name, col)
+    return t
+
+
+def all_rows(loader):
+    out = {}
+    for batch in loader:
+        for k, v in batch.items():
+            out.setdefault(k, []).extend(list(v))
+    return out
+
+
+def reference(tbl):
+    """What pyarrow's to_pylist gives per column, with timestamps and decimals as chute's
+    documented counts and floats."""
+    ref = {}
+    for name in tbl.column_names:
+        values = tbl.column(name).to_pylist()
+        if name == "when":
+            values = [[int(x.timestamp() * 1000) - int(datetime.datetime(1970, 1, 1).timestamp() * 1000)
+                       for x in v] for v in values]
+        if name == "prices":
+            values = [[float(x) for x in v] for v in values]
+        ref[name] = values
+    return ref
+
+
+def check(got, tbl, order):
+    ref = reference(tbl)
+    ids = [int(v) for v in got["id"]]
+    assert sorted(ids) == list(range(tbl.num_rows))
+    assert order is None or ids == order
+    for name, want in ref.items():
+        if name == "meta":
+            for leaf in ("source", "score"):
+                assert [got[f"meta.{leaf}"][ids.index(k)] for k in range(len(want))] == [
+                    w[leaf] for w in want
+                ], leaf
+            assert [int(got["meta.inner.n"][ids.index(k)]) for k in range(len(want))] == [
+                w["inner"]["n"] for w in want
+            ]
+            continue
+        if name == "id":
+            continue
+        have = [got[name][ids.index(k)] for k in range(len(want))]
+        assert have == want, name
+
+
+@pytest.mark.parametrize("how", ["parquet", "arrow-file", "table"])
+def test_nested_columns_read_with_pyarrow_values(tmp_path, how):
+    tbl = nested_table()
+    if how == "parquet":
+        path = tmp_path / "nested.parquet"
+        pq.write_table(tbl, path, row_group_size=16)
+        src = chute.parquet(path)
+    elif how == "arrow-file":
+        path = tmp_path / "nested.arrow"
+        with ipc.new_file(path, tbl.schema) as w:
+            w.write_table(tbl, max_chunksize=25)
+        src = chute.dataset(path)
+    else:
+        src = chute.arrow(tbl)
+    got = all_rows(chute.Loader(src, batch_size=7, shuffle=True, seed=1, num_workers=2))
+    # Structs are read as their leaves, named by path; the rest are nested values.
+    assert "meta.inner.n" in got and "meta" not in got and "messages" in got
+    # `tags` holds nulls (a mask says where); `props` too.
+    assert got["tags_valid"] == [v is not None for v in got["tags"]] or all(
+        bool(a) == (b is not None) for a, b in zip(got["tags_valid"], got["tags"])
+    )
+    check(got, tbl, None)
+    # Messages are lists of dicts, as datasets gives them.
+    m = got["messages"][0]
+    assert isinstance(m, list) and set(m[0]) == {"role", "content"}
+    # A leaf is selected by its path, a struct by its name (all its leaves).
+    one = chute.Loader(chute.arrow(tbl, columns=["meta.inner.n", "messages"]), batch_size=60)
+    b = next(iter(one))
+    assert list(b) == ["meta.inner.n", "messages"]
+    assert b["meta.inner.n"].tolist() == list(range(60))
+    meta = chute.Loader(chute.arrow(tbl, columns=["meta"]), batch_size=4)
+    assert list(next(iter(meta))) == ["meta.source", "meta.score", "meta.inner.n"]
+    with pytest.raises(chute.ConfigError, match=r"meta\.nope.*meta\.inner\.n"):
+        chute.arrow(tbl, columns=["meta.nope"])
+
+
+def test_every_order_and_resume_give_the_same_nested_values(tmp_path):
+    tbl = nested_table()
+    path = tmp_path / "nested.parquet"
+    pq.write_table(tbl, path, row_group_size=10)
+    whole = all_rows(chute.Loader(chute.parquet(path), batch_size=8, shuffle=True, seed=5))
+    loader = chute.Loader(chute.parquet(path), batch_size=8, shuffle=True, seed=5)
+    it = iter(loader)
+    first = [next(it) for _ in range(3)]
+    state = loader.state_dict()
+    again = chute.Loader(chute.parquet(path), batch_size=8, shuffle=True, seed=5)
+    again.load_state_dict(state)
+    rest = list(again)
+    got = {}
+    for b in first + rest:
+        for k, v in b.items():
+            got.setdefault(k, []).extend(list(v))
+    assert got["messages"] == whole["messages"]
+    assert [int(x) for x in got["id"]] == [int(x) for x in whole["id"]]
+
+
+def test_other_nested_kinds_as_pyarrow_gives_them():
+    n = 12
+    union = pa.UnionArray.from_sparse(
+        pa.array([0, 1] * (n // 2), pa.int8()),
+        [pa.array(list(range(n)), pa.int64()), pa.array([f"u{k}" for k in range(n)])],
+    )
+    ree = pa.RunEndEncodedArray.from_arrays(pa.array([4, n], pa.int32()), pa.array(["p", "q"]))
+    views = pa.array([[k, k + 1] for k in range(n)], pa.list_view(pa.int32()))
+    strviews = pa.array([[f"s{k}"] for k in range(n)], pa.list_view(pa.string()))
+    dict_list = pa.array([["x", "y"][k % 2] for k in range(n)]).dictionary_encode()
+    fsl = pa.array([[f"a{k}", f"b{k}"] for k in range(n)], pa.list_(pa.string(), 2))
+    tbl = pa.table({"u": union, "r": ree, "v": views, "sv": strviews, "d": dict_list,
+                    "f": fsl, "n": pa.array(list(range(n)))})
+    b = next(iter(chute.Loader(chute.arrow(tbl), batch_size=n)))
+    assert b["u"] == union.to_pylist()
+    assert b["r"] == ree.to_pylist()
+    assert [list(map(int, x)) for x in b["v"]] == views.to_pylist()  # numbers: arrays
+    assert b["sv"] == strviews.to_pylist()
+    assert b["d"] == dict_list.to_pylist()
+    assert b["f"] == fsl.to_pylist()
+
+
+def test_a_transform_sees_and_returns_nested_values():
+    tbl = nested_table(10)
+
+    def count(s):
+        s["turns"] = len(s["messages"])
+        s["roles"] = [m["role"] for m in s["messages"]]
+        s["first"] = s["messages"][0]
+        return s
+
+    src = chute.arrow(tbl, columns=["id", "messages"])
+    b = next(iter(chute.Loader(src, batch_size=10, transforms=[count])))
+    rows = tbl.to_pylist()
+    assert [int(x) for x in b["turns"]] == [len(r["messages"]) for r in rows]
+    assert b["roles"] == [[m["role"] for m in r["messages"]] for r in rows]
+    assert b["first"] == [r["messages"][0] for r in rows]
+
+
+datasets = pytest.importorskip("datasets")
+
+
+def test_a_hugging_face_dataset_of_nested_columns_reads_with_datasets_values(tmp_path):
+    rows = chat_rows(40)
+    ds = datasets.Dataset.from_list(rows)
+    ds = ds.add_column("score", [None if k % 7 == 0 else k / 3 for k in range(40)])
+    assert chute.Loader(ds)._source.format == "arrow"
+    got = all_rows(chute.Loader(ds, batch_size=6))
+    want = [ds[i] for i in range(len(ds))]
+    assert got["messages"] == [w["messages"] for w in want]
+    assert got["tags"] == [w["tags"] for w in want]
+    assert got["grid"] == [w["grid"] for w in want]
+    assert got["meta.source"] == [w["meta"]["source"] for w in want]
+    assert [int(x) for x in got["meta.inner.n"]] == [w["meta"]["inner"]["n"] for w in want]
+    score = [None if not v else float(x) for x, v in zip(got["score"], got["score_valid"])]
+    assert score == [w["score"] for w in want]
+    # Saved and loaded as datasets does: the same values, and through a shuffle's indices.
+    ds.save_to_disk(str(tmp_path / "chat"))
+    loaded = datasets.load_from_disk(str(tmp_path / "chat")).shuffle(seed=3)
+    got = all_rows(chute.Loader(loaded, batch_size=5))
+    assert got["messages"] == [loaded[i]["messages"] for i in range(len(loaded))]
