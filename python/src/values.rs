@@ -2,11 +2,13 @@
 //! `float`, `str` and `bytes`, as `datasets`' Python formatting and pyarrow's `to_pylist`
 //! give them (a map's entries as `(key, value)` tuples).
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use chute::{Keys, Value};
 use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -14,23 +16,20 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 /// its strings are made once a batch, not once a row).
 #[derive(Default)]
 pub(crate) struct KeyStrings {
-    seen: Vec<(Keys, Vec<Py<PyString>>)>,
+    seen: Vec<(Keys, Rc<[Py<PyString>]>)>,
 }
 
 impl KeyStrings {
-    fn of<'a>(&'a mut self, py: Python<'_>, keys: &Keys) -> &'a [Py<PyString>] {
-        let at = match self.seen.iter().position(|(k, _)| Arc::ptr_eq(k, keys)) {
-            Some(at) => at,
-            None => {
-                let strings = keys
-                    .iter()
-                    .map(|k| PyString::intern(py, k).unbind())
-                    .collect();
-                self.seen.push((keys.clone(), strings));
-                self.seen.len() - 1
-            }
-        };
-        &self.seen[at].1
+    fn of(&mut self, py: Python<'_>, keys: &Keys) -> Rc<[Py<PyString>]> {
+        if let Some((_, strings)) = self.seen.iter().find(|(k, _)| Arc::ptr_eq(k, keys)) {
+            return strings.clone();
+        }
+        let strings: Rc<[Py<PyString>]> = keys
+            .iter()
+            .map(|k| PyString::intern(py, k).unbind())
+            .collect();
+        self.seen.push((keys.clone(), strings.clone()));
+        strings
     }
 }
 
@@ -40,55 +39,119 @@ pub(crate) fn to_py<'py>(
     v: &Value,
     keys: &mut KeyStrings,
 ) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match v {
-        Value::Null => py.None().into_bound(py),
-        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-        Value::Int(i) => i.into_pyobject(py)?.into_any(),
-        Value::UInt(u) => u.into_pyobject(py)?.into_any(),
-        Value::Float(f) => PyFloat::new(py, *f).into_any(),
-        Value::Text(b) => PyString::new(py, &String::from_utf8_lossy(b)).into_any(),
-        Value::Bytes(b) => PyBytes::new(py, b).into_any(),
-        Value::List(items) => {
-            let items = items
-                .iter()
-                .map(|x| to_py(py, x, keys))
-                .collect::<PyResult<Vec<_>>>()?;
-            PyList::new(py, items)?.into_any()
-        }
-        Value::Record(k, values) => {
-            let d = PyDict::new(py);
-            let names: Vec<Py<PyString>> = keys.of(py, k).iter().map(|s| s.clone_ref(py)).collect();
-            for (name, x) in names.iter().zip(values) {
-                d.set_item(name.bind(py), to_py(py, x, keys)?)?;
+    // SAFETY: `new_ref` returns a new reference or null with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, new_ref(py, v, keys)) }
+}
+
+/// `v` as a new reference to a Python object, or null with the exception set: CPython's own
+/// constructors, each list and dict made at its size, no intermediate vectors (a batch of
+/// chat messages is hundreds of thousands of objects).
+fn new_ref(py: Python<'_>, v: &Value, keys: &mut KeyStrings) -> *mut ffi::PyObject {
+    // SAFETY: the GIL is held (`py`); every call below is given valid objects and sizes, and
+    // each reference made is either handed on (stolen by a list or tuple, returned) or
+    // released.
+    unsafe {
+        match v {
+            Value::Null => {
+                let none = ffi::Py_None();
+                ffi::Py_IncRef(none);
+                none
             }
-            d.into_any()
+            Value::Bool(b) => ffi::PyBool_FromLong(i64::from(*b) as _),
+            Value::Int(i) => ffi::PyLong_FromLongLong(*i),
+            Value::UInt(u) => ffi::PyLong_FromUnsignedLongLong(*u),
+            Value::Float(f) => ffi::PyFloat_FromDouble(*f),
+            Value::Text(b) => ffi::PyUnicode_DecodeUTF8(
+                b.as_ptr().cast(),
+                b.len() as ffi::Py_ssize_t,
+                c"replace".as_ptr(),
+            ),
+            Value::Bytes(b) => {
+                ffi::PyBytes_FromStringAndSize(b.as_ptr().cast(), b.len() as ffi::Py_ssize_t)
+            }
+            Value::List(items) => {
+                let list = ffi::PyList_New(items.len() as ffi::Py_ssize_t);
+                if list.is_null() {
+                    return list;
+                }
+                for (i, x) in items.iter().enumerate() {
+                    let item = new_ref(py, x, keys);
+                    if item.is_null() {
+                        ffi::Py_DecRef(list);
+                        return item;
+                    }
+                    ffi::PyList_SetItem(list, i as ffi::Py_ssize_t, item); // steals `item`
+                }
+                list
+            }
+            Value::Record(k, values) => {
+                let names = keys.of(py, k);
+                let d = ffi::PyDict_New();
+                if d.is_null() {
+                    return d;
+                }
+                for (name, x) in names.iter().zip(values) {
+                    let item = new_ref(py, x, keys);
+                    if item.is_null() {
+                        ffi::Py_DecRef(d);
+                        return item;
+                    }
+                    let set = ffi::PyDict_SetItem(d, name.as_ptr(), item);
+                    ffi::Py_DecRef(item);
+                    if set != 0 {
+                        ffi::Py_DecRef(d);
+                        return std::ptr::null_mut();
+                    }
+                }
+                d
+            }
+            Value::Map(entries) => {
+                let list = ffi::PyList_New(entries.len() as ffi::Py_ssize_t);
+                if list.is_null() {
+                    return list;
+                }
+                for (i, (k, x)) in entries.iter().enumerate() {
+                    let pair = ffi::PyTuple_New(2);
+                    if pair.is_null() {
+                        ffi::Py_DecRef(list);
+                        return pair;
+                    }
+                    ffi::PyList_SetItem(list, i as ffi::Py_ssize_t, pair);
+                    for (j, part) in [k, x].into_iter().enumerate() {
+                        let item = new_ref(py, part, keys);
+                        if item.is_null() {
+                            ffi::Py_DecRef(list);
+                            return item;
+                        }
+                        ffi::PyTuple_SetItem(pair, j as ffi::Py_ssize_t, item);
+                    }
+                }
+                list
+            }
+            _ => {
+                PyTypeError::new_err(
+                    "a nested value of a kind this version of the Python package cannot convert",
+                )
+                .restore(py);
+                std::ptr::null_mut()
+            }
         }
-        Value::Map(entries) => {
-            let items = entries
-                .iter()
-                .map(|(k, x)| {
-                    PyTuple::new(py, [to_py(py, k, keys)?, to_py(py, x, keys)?])
-                        .map(Bound::into_any)
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            PyList::new(py, items)?.into_any()
-        }
-        _ => {
-            return Err(PyTypeError::new_err(
-                "a nested value of a kind this version of the Python package cannot convert",
-            ));
-        }
-    })
+    }
 }
 
 /// A column of nested values as a Python list.
 pub(crate) fn list_of<'py>(py: Python<'py>, values: &[Value]) -> PyResult<Bound<'py, PyList>> {
     let mut keys = KeyStrings::default();
-    let items = values
-        .iter()
-        .map(|v| to_py(py, v, &mut keys))
-        .collect::<PyResult<Vec<_>>>()?;
-    PyList::new(py, items)
+    // SAFETY: the GIL is held; the list is made at its size and each item stolen by it.
+    unsafe {
+        let out = ffi::PyList_New(values.len() as ffi::Py_ssize_t);
+        let out = Bound::from_owned_ptr_or_err(py, out)?;
+        for (i, v) in values.iter().enumerate() {
+            let item = Bound::from_owned_ptr_or_err(py, new_ref(py, v, &mut keys))?;
+            ffi::PyList_SetItem(out.as_ptr(), i as ffi::Py_ssize_t, item.into_ptr());
+        }
+        Ok(out.cast_into_unchecked())
+    }
 }
 
 /// A Python object built of lists, tuples, dicts (with `str` keys), `None`, `bool`, `int`,
