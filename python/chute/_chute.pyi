@@ -82,11 +82,20 @@ def dataset(
 ) -> Source:
     """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
     its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
-    "tfrecord", "parquet", "arrow", "megatron") detected from the manifest or the extensions
-    unless given; packing options as for ``tokens``. ``stack`` (Parquet, Arrow):
-    ``{name: columns}`` stacks numeric columns of one dtype into one ``[B, k]`` column on the
-    workers (columns a list, or a string such as ``"f{0..15}"``). ``cache_bytes`` (Parquet):
-    as for ``parquet``. ``nulls`` and ``fill_null`` (Parquet, Arrow): as for ``parquet``.
+    "tfrecord", "parquet", "arrow", "megatron", "json") detected from the manifest or the
+    extensions unless given; packing options as for ``tokens``. ``stack`` (Parquet, Arrow,
+    JSON): ``{name: columns}`` stacks numeric columns of one dtype into one ``[B, k]`` column on
+    the workers (columns a list, or a string such as ``"f{0..15}"``). ``cache_bytes``
+    (Parquet): as for ``parquet``. ``nulls`` and ``fill_null`` (Parquet, Arrow, JSON): as for
+    ``parquet``.
+
+    JSON Lines (``.jsonl``, ``.ndjson``, also ``.gz`` or ``.zst``; a ``.json`` file of JSON
+    Lines or of one array of records with ``format="json"``) are records: the schema is
+    inferred over every line as ``datasets``' JSON loader infers it, the lines decoded into
+    Arrow on every core when opened, and the columns are those of an Arrow file of the same
+    records (structs by path, nested values as lists and dicts, nulls masked). A line that is
+    not JSON, or a value of another type than its field's, is a ``CorruptDataError`` naming
+    the file and the line.
 
     Tokenized Parquet or Arrow (Hugging Face's layout, one document a row) pack with ``pack``:
     the ids in ``columns[0]`` (default ``input_ids``), and with ``columns=["input_ids",

@@ -187,9 +187,9 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// `chute index`; its shards must still match it). The format comes from the manifest or
 /// the extensions unless `format` names it. The other options apply to the formats that use
 /// them: `seq_len`, `dtype`, `out_dtype` (token files; by default the manifest's, else 1024,
-/// uint16 and int64), `columns` (Parquet columns or TFRecord features), `chunk_rows`
-/// (Parquet and Arrow), `stack` (Parquet and Arrow: `{name: [columns]}`), `cache_bytes`
-/// (Parquet: see `parquet`), `index` (tar and
+/// uint16 and int64), `columns` (Parquet, Arrow and JSON Lines columns, TFRecord features),
+/// `chunk_rows` (Parquet, Arrow, JSON Lines), `stack` (Parquet, Arrow, JSON Lines: `{name:
+/// [columns]}`), `cache_bytes` (Parquet: see `parquet`), `index` (tar and
 /// TFRecord), `raw` and `verify_checksums` (TFRecord), and packing for token files and
 /// Megatron datasets (`pack`, `eos_id`, `pad_id`, `long`, `pack_window`, `pack_seed`,
 /// `pad_to_multiple_of`, `bucket`: see `tokens`). With `tokenizer` (a `tokenizer.json`), the

@@ -192,6 +192,9 @@ pub(crate) fn columns_to_dict<'py>(
                 d.set_item(name, values)?;
             }
             Column::Values(values) => d.set_item(name, crate::values::list_of(py, &values)?)?,
+            Column::Nested(rows) => {
+                d.set_item(name, crate::values::list_of_rows(py, rows.as_ref())?)?
+            }
             Column::Object(o) => match o.0.downcast_ref::<Py<PyAny>>() {
                 Some(v) => d.set_item(name, v.clone_ref(py))?,
                 None => {

@@ -139,6 +139,172 @@ fn new_ref(py: Python<'_>, v: &Value, keys: &mut KeyStrings) -> *mut ffi::PyObje
     }
 }
 
+/// Python objects made straight from Arrow arrays ([`chute::formats::values::Build`]): each
+/// list and dict made at its size with CPython's constructors, text decoded from the arrays'
+/// bytes, a record's keys made once a batch. A failed constructor leaves its exception set,
+/// gives a null, and marks the build failed.
+struct PyBuild<'py> {
+    py: Python<'py>,
+    keys: KeyStrings,
+    failed: bool,
+}
+
+impl PyBuild<'_> {
+    fn made(&mut self, obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
+        if obj.is_null() {
+            self.failed = true;
+        }
+        obj
+    }
+}
+
+impl chute::formats::values::Build for PyBuild<'_> {
+    type Out = *mut ffi::PyObject;
+
+    // Every method: the GIL is held (`self.py`); each constructor is given valid
+    // pointers and sizes; references are stolen by their containers or handed back.
+    fn null(&mut self) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        unsafe {
+            let none = ffi::Py_None();
+            ffi::Py_IncRef(none);
+            none
+        }
+    }
+    fn bool(&mut self, v: bool) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        let obj = unsafe { ffi::PyBool_FromLong(i64::from(v) as _) };
+        self.made(obj)
+    }
+    fn int(&mut self, v: i64) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        let obj = unsafe { ffi::PyLong_FromLongLong(v) };
+        self.made(obj)
+    }
+    fn uint(&mut self, v: u64) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        let obj = unsafe { ffi::PyLong_FromUnsignedLongLong(v) };
+        self.made(obj)
+    }
+    fn float(&mut self, v: f64) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        let obj = unsafe { ffi::PyFloat_FromDouble(v) };
+        self.made(obj)
+    }
+    fn text(&mut self, v: &[u8]) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        let obj = unsafe {
+            ffi::PyUnicode_DecodeUTF8(
+                v.as_ptr().cast(),
+                v.len() as ffi::Py_ssize_t,
+                c"replace".as_ptr(),
+            )
+        };
+        self.made(obj)
+    }
+    fn bytes(&mut self, v: &[u8]) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        let obj = unsafe { ffi::PyBytes_FromStringAndSize(v.as_ptr().cast(), v.len() as _) };
+        self.made(obj)
+    }
+    fn list(&mut self, n: usize) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        let obj = unsafe { ffi::PyList_New(n as ffi::Py_ssize_t) };
+        self.made(obj)
+    }
+    fn item(&mut self, list: &mut Self::Out, i: usize, v: Self::Out) {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        unsafe {
+            if list.is_null() || v.is_null() {
+                if !v.is_null() {
+                    ffi::Py_DecRef(v);
+                }
+                return;
+            }
+            ffi::PyList_SetItem(*list, i as ffi::Py_ssize_t, v);
+        }
+    }
+    fn record(&mut self, _: &Keys) -> Self::Out {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        let obj = unsafe { ffi::PyDict_New() };
+        self.made(obj)
+    }
+    fn field(&mut self, record: &mut Self::Out, keys: &Keys, i: usize, v: Self::Out) {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        unsafe {
+            if !record.is_null() && !v.is_null() {
+                let names = self.keys.of(self.py, keys);
+                if ffi::PyDict_SetItem(*record, names[i].as_ptr(), v) != 0 {
+                    self.failed = true;
+                }
+            }
+            if !v.is_null() {
+                ffi::Py_DecRef(v);
+            }
+        }
+    }
+    fn map(&mut self, n: usize) -> Self::Out {
+        self.list(n)
+    }
+    fn entry(&mut self, map: &mut Self::Out, i: usize, k: Self::Out, v: Self::Out) {
+        // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
+        unsafe {
+            let pair = ffi::PyTuple_New(2);
+            if pair.is_null() || k.is_null() || v.is_null() {
+                self.failed = true;
+                for o in [pair, k, v] {
+                    if !o.is_null() {
+                        ffi::Py_DecRef(o);
+                    }
+                }
+                return;
+            }
+            ffi::PyTuple_SetItem(pair, 0, k);
+            ffi::PyTuple_SetItem(pair, 1, v);
+            self.item(map, i, pair);
+        }
+    }
+}
+
+/// Nested rows of a batch ([`chute::core::NestedRows`]) as a Python list: built straight
+/// from the Arrow arrays where the rows are a columnar source's, else from their values.
+pub(crate) fn list_of_rows<'py>(
+    py: Python<'py>,
+    rows: &dyn chute::core::NestedRows,
+) -> PyResult<Bound<'py, PyList>> {
+    if let Some(arrow) = rows
+        .as_any()
+        .downcast_ref::<chute::formats::values::ArrowRows>()
+    {
+        let mut b = PyBuild {
+            py,
+            keys: KeyStrings::default(),
+            failed: false,
+        };
+        // SAFETY: the GIL is held; the list is made at its size and each item stolen by it.
+        unsafe {
+            let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(rows.len() as _))?;
+            for i in 0..rows.len() {
+                let item = arrow.build(i, &mut b).map_err(PyTypeError::new_err)?;
+                if b.failed || item.is_null() {
+                    if !item.is_null() {
+                        ffi::Py_DecRef(item);
+                    }
+                    return Err(PyErr::take(py).unwrap_or_else(|| {
+                        PyTypeError::new_err("a nested value could not be made")
+                    }));
+                }
+                ffi::PyList_SetItem(out.as_ptr(), i as ffi::Py_ssize_t, item);
+            }
+            return Ok(out.cast_into_unchecked());
+        }
+    }
+    let values = (0..rows.len())
+        .map(|i| rows.value(i).map_err(PyTypeError::new_err))
+        .collect::<PyResult<Vec<_>>>()?;
+    list_of(py, &values)
+}
+
 /// A column of nested values as a Python list.
 pub(crate) fn list_of<'py>(py: Python<'py>, values: &[Value]) -> PyResult<Bound<'py, PyList>> {
     let mut keys = KeyStrings::default();

@@ -214,3 +214,55 @@ def test_a_hugging_face_dataset_of_nested_columns_reads_with_datasets_values(tmp
     loaded = datasets.load_from_disk(str(tmp_path / "chat")).shuffle(seed=3)
     got = all_rows(chute.Loader(loaded, batch_size=5))
     assert got["messages"] == [loaded[i]["messages"] for i in range(len(loaded))]
+
+
+def write_jsonl(path, rows, opener=open):
+    import json
+
+    with opener(path, "wt") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def test_json_lines_read_with_the_values_datasets_gives(tmp_path):
+    rows = chat_rows(50)
+    for k, r in enumerate(rows):
+        if k % 4 == 0:
+            r["extra"] = {"note": f"n{k}"}  # a field only some lines have
+        r["ratio"] = k if k % 2 else k + 0.5  # integers beside floats: floats
+    path = tmp_path / "chat.jsonl"
+    write_jsonl(path, rows)
+    ds = datasets.load_dataset("json", data_files=str(path), split="train")
+    want = [ds[i] for i in range(len(ds))]
+    src = chute.dataset(path)
+    assert src.format == "json" and len(src) == 50
+    got = all_rows(chute.Loader(src, batch_size=8, shuffle=True, seed=2, num_workers=2))
+    order = [int(i) for i in got["id"]]
+    by_id = {w["id"]: w for w in want}
+    for col in ("messages", "tags", "grid"):
+        assert got[col] == [by_id[i][col] for i in order], col
+    assert [float(x) for x in got["ratio"]] == [by_id[i]["ratio"] for i in order]
+    assert got["meta.source"] == [by_id[i]["meta"]["source"] for i in order]
+    note = [x if v else None for x, v in zip(got["extra.note"], got["extra.note_valid"])]
+    assert note == [(by_id[i]["extra"] or {}).get("note") for i in order]
+    # Compressed (gzip by Python, zstd by pyarrow) and a .json array read the same.
+    import gzip
+    import json
+
+    write_jsonl(tmp_path / "chat.jsonl.gz", rows, gzip.open)
+    with pa.CompressedOutputStream(str(tmp_path / "chat.jsonl.zst"), "zstd") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows).encode())
+    (tmp_path / "chat.json").write_text(json.dumps(rows))
+    for name, kw in (("chat.jsonl.gz", {}), ("chat.jsonl.zst", {}), ("chat.json", {"format": "json"})):
+        again = all_rows(chute.Loader(chute.dataset(tmp_path / name, **kw), batch_size=50))
+        assert again["messages"] == [w["messages"] for w in want], name
+
+
+def test_bad_json_lines_name_the_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}\n{"a": oops}\n')
+    with pytest.raises(chute.CorruptDataError, match=r"bad\.jsonl.*line 3: not JSON"):
+        chute.dataset(path)
+    path.write_text('{"a": 1}\n\n{"a": "two"}\n')
+    with pytest.raises(chute.CorruptDataError, match=r'line 3: field "a" is a string, but it is a number on line 1'):
+        chute.dataset(path)

@@ -18,6 +18,9 @@ pub enum Column {
     /// Nested values, one per sample (lists of strings, records, maps): handed to Python as
     /// lists, dicts and scalars.
     Values(Vec<crate::Value>),
+    /// Nested values kept in a source's own form (rows of Arrow arrays): what a columnar
+    /// source gathers for a nested column, read as [`crate::Value`]s on request.
+    Nested(std::sync::Arc<dyn crate::NestedRows>),
     /// A value the engine carries without looking inside: what a source's own collation
     /// made of the whole batch (the result of a Python `collate_fn`). It has no bytes to
     /// pin or digest.
@@ -40,7 +43,11 @@ impl Column {
     pub fn as_tensor(&self) -> Option<&Tensor> {
         match self {
             Column::Tensor(t) => Some(t),
-            Column::Var(_) | Column::List(_) | Column::Values(_) | Column::Object(_) => None,
+            Column::Var(_)
+            | Column::List(_)
+            | Column::Values(_)
+            | Column::Nested(_)
+            | Column::Object(_) => None,
         }
     }
 
@@ -51,6 +58,7 @@ impl Column {
             Column::Var(v) => v.data.as_bytes().len() + v.offsets.as_bytes().len(),
             Column::List(ts) => ts.iter().map(|t| t.as_bytes().len()).sum(),
             Column::Values(v) => v.iter().map(crate::Value::nbytes).sum(),
+            Column::Nested(rows) => rows.nbytes(),
             Column::Object(_) => 0,
         }
     }

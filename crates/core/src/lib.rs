@@ -84,4 +84,4 @@ pub use source::{
 pub use state::{STATE_VERSION, State};
 pub use tensor::Tensor;
 pub use transform::{Cast, Compose, Rename, Select, Slot, Transform};
-pub use value::{Keys, Value};
+pub use value::{Keys, NestedRows, Value};

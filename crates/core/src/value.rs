@@ -144,6 +144,25 @@ impl Value {
     }
 }
 
+/// Nested values a source keeps in its own form (rows of Arrow arrays), one a row of a batch
+/// ([`crate::Column::Nested`]): read as [`Value`]s where a consumer needs them (digests), or
+/// converted straight from that form by one that knows it (the Python package builds its
+/// lists and dicts from the arrays, with no `Value` in between).
+pub trait NestedRows: Send + Sync + std::fmt::Debug {
+    /// Rows.
+    fn len(&self) -> usize;
+    /// True when there are no rows.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Row `i` as a value, or why it cannot be read.
+    fn value(&self, i: usize) -> Result<Value, String>;
+    /// Bytes the rows' arrays hold, roughly (what the batch keeps alive).
+    fn nbytes(&self) -> usize;
+    /// Itself, for a consumer that knows the concrete type.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

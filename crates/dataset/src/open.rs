@@ -362,7 +362,7 @@ impl Dataset {
                 };
                 Arc::new(TfRecordSource::open(files, opts)?)
             }
-            Format::Parquet | Format::Arrow if options.pack.is_some() => {
+            Format::Parquet | Format::Arrow | Format::Json if options.pack.is_some() => {
                 // Tokenized documents: one row each, its ids in a list column.
                 let column = options
                     .columns
@@ -390,6 +390,7 @@ impl Dataset {
             }
             Format::Parquet => open_parquet(files, options)?,
             Format::Arrow => open_arrow(files, options)?,
+            Format::Json => open_json(files, options)?,
         })
     }
 
@@ -490,16 +491,39 @@ fn stale(recorded: &Manifest, opened: &Manifest) -> Option<String> {
 
 #[cfg(feature = "arrow")]
 fn open_arrow(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
-    let opts = chute_formats::ipc::ArrowOptions {
+    Ok(Arc::new(chute_formats::ipc::ArrowSource::open(
+        files,
+        arrow_options(options),
+    )?))
+}
+
+/// The options of a source of Arrow record batches (IPC files, JSON Lines).
+#[cfg(feature = "arrow")]
+fn arrow_options(options: &OpenOptions) -> chute_formats::ipc::ArrowOptions {
+    chute_formats::ipc::ArrowOptions {
         columns: options.columns.clone(),
         chunk_rows: options.chunk_rows,
         stack: options.stack.clone(),
         nulls: options.nulls,
         fill_null: options.fill_null,
-    };
-    Ok(Arc::new(chute_formats::ipc::ArrowSource::open(
-        files, opts,
+    }
+}
+
+#[cfg(feature = "arrow")]
+fn open_json(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    Ok(Arc::new(chute_formats::json::open(
+        files,
+        arrow_options(options),
     )?))
+}
+
+#[cfg(not(feature = "arrow"))]
+fn open_json(_: &[PathBuf], _: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
+    Err(ConfigError::new(
+        "format",
+        "json: this build of chute has no JSON Lines records (the cargo feature `arrow`)",
+    )
+    .into())
 }
 
 #[cfg(not(feature = "arrow"))]
@@ -556,7 +580,10 @@ fn resolve<P: AsRef<Path>>(
         } else {
             dirs
         };
-        if let Some(manifest) = manifest_input(input, dirs)? {
+        // With the JSON format named, a `.json` input is records, not a manifest.
+        let records =
+            format == Some(Format::Json) && input.extension().is_some_and(|e| e == "json");
+        if let Some(manifest) = manifest_input(input, dirs)?.filter(|_| !records) {
             if inputs.len() > 1 {
                 return Err(ConfigError::new(
                     "paths",
@@ -946,6 +973,14 @@ mod tests {
             Some(Format::TfRecord)
         );
         assert_eq!(Format::from_path(Path::new("a.tar.gz")), None);
+        for name in ["a.jsonl.gz", "a.ndjson.zst", "s3://b/a.jsonl?x=1"] {
+            assert_eq!(
+                Format::from_path(Path::new(name)),
+                Some(Format::Json),
+                "{name}"
+            );
+        }
+        assert_eq!(Format::from_path(Path::new("a.parquet.zst")), None);
         let tfds = Path::new("mnist-train.tfrecord-00003-of-00004");
         assert_eq!(Format::from_path(tfds), Some(Format::TfRecord));
         assert_eq!(Format::from_path(Path::new("a.txt")), None);
@@ -1114,5 +1149,25 @@ mod tests {
         assert_eq!(names(&r), ["p.parquet", "q.parquet", "r.parquet"]);
         let e = Dataset::resolve(&[dir.path()], Some(Format::TfRecord)).unwrap_err();
         assert!(e.to_string().contains("describes parquet shards"), "{e}");
+    }
+
+    #[cfg(feature = "arrow")]
+    #[test]
+    fn json_lines_open_by_extension_and_a_json_array_when_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let lines = dir.path().join("a.jsonl");
+        std::fs::write(&lines, "{\"x\": 1}\n{\"x\": 2}\n").unwrap();
+        let array = dir.path().join("a.json");
+        std::fs::write(&array, "[{\"x\": 1}, {\"x\": 2}, {\"x\": 3}]").unwrap();
+        let r = Opened::open(&[&lines], &OpenOptions::default()).unwrap();
+        assert_eq!(r.source.manifest().total_samples(), 2);
+        let named = OpenOptions {
+            format: Some(Format::Json),
+            ..Default::default()
+        };
+        let r = Opened::open(&[&array], &named).unwrap();
+        assert_eq!(r.source.manifest().total_samples(), 3);
+        // Unnamed, a .json input is a manifest, as before.
+        assert!(Opened::open(&[&array], &OpenOptions::default()).is_err());
     }
 }

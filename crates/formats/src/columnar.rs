@@ -254,7 +254,7 @@ pub(crate) struct Table {
     pub(crate) places: Vec<usize>,
     pub(crate) paths: Vec<Vec<String>>,
     /// Per nested column, how its values are read.
-    pub(crate) shapes: Vec<Option<Shape>>,
+    pub(crate) shapes: Vec<Option<Arc<Shape>>>,
     pub(crate) layout: Layout,
     /// What null slots of the masked columns (`layout.masked`) are filled with.
     pub(crate) fill: Fill,
@@ -282,7 +282,7 @@ impl Table {
         let shapes = kinds
             .iter()
             .zip(&types)
-            .map(|(&k, dt)| (k == Kind::Nested).then(|| Shape::of(dt)))
+            .map(|(&k, dt)| (k == Kind::Nested).then(|| Arc::new(Shape::of(dt))))
             .collect();
         Ok(Table {
             names,
@@ -293,6 +293,11 @@ impl Table {
             layout,
             fill,
         })
+    }
+
+    /// The distinct top-level columns the columns lie in (see [`Projected::roots`]).
+    pub(crate) fn roots(&self) -> Vec<usize> {
+        roots(&self.places)
     }
 
     /// Column `c` from the top-level columns of [`Table::roots`] (see [`Projected::pick`]).
@@ -945,7 +950,7 @@ fn sample_at(
                 if col.is_null(row) && !layout.masked[c] {
                     return Err(null(c));
                 }
-                let field = field_at(col, kinds[c], table.shapes[c].as_ref(), row)
+                let field = field_at(col, kinds[c], table.shapes[c].as_deref(), row)
                     .map_err(|why| fail(c, Some(why)))?;
                 sample
                     .fields
@@ -1084,16 +1089,14 @@ fn gather(
         let (name, column) = match field {
             &Out::Column(c) if kinds[c] == Kind::Nested => {
                 nulls(c)?;
-                let shape = table.shapes[c].as_ref().expect("a nested column's shape");
-                let values = rows
-                    .iter()
-                    .map(|&(p, row)| {
-                        shape
-                            .value(parts[p][c].as_ref(), row)
-                            .map_err(|why| fail(p, row, c, Some(why)))
-                    })
-                    .collect::<Result<_, _>>()?;
-                (names[c].clone(), Column::Values(values))
+                let shape = table.shapes[c].clone().expect("a nested column's shape");
+                // The rows stay in the parts' arrays; consumers read them from there.
+                let rows = crate::values::ArrowRows::new(
+                    parts.iter().map(|part| part[c].clone()).collect(),
+                    rows.to_vec(),
+                    shape,
+                );
+                (names[c].clone(), Column::Nested(Arc::new(rows)))
             }
             &Out::Column(c) => {
                 nulls(c)?;

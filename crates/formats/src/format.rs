@@ -24,17 +24,21 @@ pub enum Format {
     /// Megatron-Core indexed datasets: `<prefix>.bin` with its `<prefix>.idx` (named by the
     /// prefix, either file, or a folder). A `.bin` whose `.idx` is a Megatron index is one.
     Megatron,
+    /// JSON Lines records (`.jsonl`, `.ndjson`, optionally `.gz` or `.zst`; a `.json` file of
+    /// JSON Lines or of one array of records when the format is named).
+    Json,
 }
 
 impl Format {
     /// Every format, in the order they are listed in messages.
-    pub const ALL: [Format; 6] = [
+    pub const ALL: [Format; 7] = [
         Format::Tokens,
         Format::WebDataset,
         Format::TfRecord,
         Format::Parquet,
         Format::Arrow,
         Format::Megatron,
+        Format::Json,
     ];
 
     /// The format's name: `tokens`, `webdataset`, `tfrecord`, `parquet`, `arrow` or
@@ -47,6 +51,7 @@ impl Format {
             Format::Parquet => "parquet",
             Format::Arrow => "arrow",
             Format::Megatron => "megatron",
+            Format::Json => "json",
         }
     }
 
@@ -61,6 +66,7 @@ impl Format {
             Format::Arrow => &["arrow", "arrows", "feather", "ipc"],
             // `.bin`, told from token files by its index ([`is_megatron_bin`]).
             Format::Megatron => &[],
+            Format::Json => &["jsonl", "ndjson"],
         }
     }
 
@@ -73,8 +79,9 @@ impl Format {
             Some((_, rest)) => rest.split(['?', '#']).next()?.rsplit('/').next()?,
             None => path.file_name()?.to_str()?,
         };
+        let zst = name.strip_suffix(".zst");
         let gz = name.strip_suffix(".gz");
-        let base = gz.unwrap_or(name);
+        let base = gz.or(zst).unwrap_or(name);
         // TensorFlow Datasets numbers shards after the extension:
         // `mnist-train.tfrecord-00000-of-00004`.
         if base.contains(".tfrecord-") || base.contains(".tfrecords-") {
@@ -83,7 +90,11 @@ impl Format {
         let ext = base.rsplit_once('.')?.1;
         Format::ALL
             .into_iter()
-            .filter(|f| gz.is_none() || *f == Format::TfRecord)
+            .filter(|f| match (gz, zst) {
+                (None, None) => true,
+                (Some(_), _) => matches!(f, Format::TfRecord | Format::Json),
+                (_, Some(_)) => *f == Format::Json,
+            })
             .find(|f| f.extensions().contains(&ext))
     }
 

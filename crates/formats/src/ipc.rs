@@ -76,6 +76,8 @@ struct Part {
     /// The message's flatbuffer and its body, in the file.
     meta: Range<usize>,
     body: Range<usize>,
+    /// JSON Lines decoded into this record batch on first use.
+    json: Option<crate::json::Piece>,
     columns: OnceLock<Result<Vec<ArrayRef>, String>>,
 }
 
@@ -218,6 +220,7 @@ impl ArrowSource {
                 offset: 0,
                 meta: 0..0,
                 body: 0..0,
+                json: None,
                 columns: OnceLock::from(Ok(columns)),
             });
         }
@@ -260,6 +263,45 @@ impl ArrowSource {
         Self::from_batches(schema, batches, indices, origin, options)
     }
 
+    /// A source over JSON Lines `pieces` of `schema`, each decoded on first use; a column
+    /// holds nulls where `holds_nulls(name)` says so (its name a field path, `meta.a`).
+    pub(crate) fn from_json(
+        schema: SchemaRef,
+        pieces: Vec<crate::json::Piece>,
+        holds_nulls: impl Fn(&str) -> bool,
+        origin: &str,
+        options: ArrowOptions,
+    ) -> Result<Self, Error> {
+        let projected = columnar::Projected::of(&schema, options.columns.as_deref(), origin)?;
+        let nulls = projected
+            .names
+            .iter()
+            .zip(&projected.types)
+            .map(|(name, dt)| holds_nulls(name) || *dt == arrow_schema::DataType::Null)
+            .collect();
+        let parts = pieces
+            .into_iter()
+            .map(|piece| Part {
+                rows: piece.rows,
+                file: None,
+                offset: piece.offset,
+                meta: 0..0,
+                body: 0..0,
+                json: Some(piece),
+                columns: OnceLock::new(),
+            })
+            .collect();
+        Self::assemble(
+            Vec::new(),
+            parts,
+            None,
+            origin.to_string(),
+            projected,
+            nulls,
+            &options,
+        )
+    }
+
     fn assemble(
         files: Vec<IpcFile>,
         parts: Vec<Part>,
@@ -284,16 +326,20 @@ impl ArrowSource {
                     .iter()
                     .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
                     .sum(),
-                _ => p.body.len() as u64,
+                _ => match &p.json {
+                    Some(piece) => piece.data.len() as u64,
+                    None => p.body.len() as u64,
+                },
             }
         };
         let mut shards = Vec::new();
         match &indices {
             None => {
                 for (b, p) in parts.iter().enumerate() {
-                    let name = match p.file {
-                        Some(f) => files[f].origin.as_str(),
-                        None => origin.as_str(),
+                    let name = match (p.file, &p.json) {
+                        (Some(f), _) => files[f].origin.as_str(),
+                        (None, Some(piece)) => &piece.origin,
+                        (None, None) => origin.as_str(),
                     };
                     let bytes = part_bytes(p);
                     let mut first = 0;
@@ -378,14 +424,29 @@ impl ArrowSource {
     }
 
     fn part_origin(&self, p: usize) -> &str {
-        match self.parts[p].file {
-            Some(f) => &self.files[f].origin,
-            None => &self.origin,
+        let part = &self.parts[p];
+        match (part.file, &part.json) {
+            (Some(f), _) => &self.files[f].origin,
+            (None, Some(piece)) => &piece.origin,
+            (None, None) => &self.origin,
         }
     }
 
     fn decode(&self, p: usize) -> Result<Vec<ArrayRef>, String> {
         let part = &self.parts[p];
+        if let Some(piece) = &part.json {
+            let batch = piece.decode().map_err(|e| match e {
+                Error::Corrupt { reason, .. } => reason,
+                other => other.to_string(),
+            })?;
+            let top: Vec<ArrayRef> = self
+                .table
+                .roots()
+                .into_iter()
+                .map(|i| batch.column(i).clone())
+                .collect();
+            return self.columns_of(&top, part.rows as usize);
+        }
         let f = &self.files[part.file.expect("parts in memory are decoded")];
         let message = root_as_message(&f.data[part.meta.clone()])
             .map_err(|e| format!("its metadata is corrupt: {e}"))?;
@@ -402,13 +463,18 @@ impl ArrowSource {
             &message.version(),
         )
         .map_err(|e| e.to_string())?;
-        let rows = part.rows as usize;
+        self.columns_of(decoded.columns(), part.rows as usize)
+    }
+
+    /// The projected columns of a record batch of `rows` rows whose top-level columns are
+    /// `top` (those of [`Table::roots`], in order), checked, filled where masked.
+    fn columns_of(&self, top: &[ArrayRef], rows: usize) -> Result<Vec<ArrayRef>, String> {
         (0..self.table.names.len())
             .map(|c| {
                 let name = &self.table.names[c];
                 let col = self
                     .table
-                    .pick(decoded.columns(), c)
+                    .pick(top, c)
                     .map_err(|why| format!("column {name:?}: {why}"))?;
                 let fill = self.table.fill_of(c);
                 columnar::checked(col, rows, false, fill, || format!("column {name:?}"))
@@ -835,6 +901,7 @@ fn walk(
                     offset: start as u64,
                     meta: m.meta,
                     body: m.body,
+                    json: None,
                     columns: OnceLock::new(),
                 });
             }

@@ -65,6 +65,8 @@ mod format;
 mod indexed;
 #[cfg(feature = "arrow")]
 pub mod ipc;
+#[cfg(feature = "arrow")]
+pub mod json;
 pub mod megatron;
 mod nulls;
 #[cfg(feature = "parquet")]
@@ -76,7 +78,7 @@ pub mod testing;
 pub mod tfrecord;
 mod tokens;
 #[cfg(feature = "arrow")]
-mod values;
+pub mod values;
 pub mod webdataset;
 mod whole;
 

@@ -40,7 +40,7 @@ use chute_core::{Keys, Value};
 /// How to read values of one Arrow type: a tree mirroring the type, with each struct's keys
 /// made once.
 #[derive(Debug, Clone)]
-pub(crate) enum Shape {
+pub enum Shape {
     /// A type without children.
     Leaf,
     /// A list of any kind: its values' shape.
@@ -126,9 +126,20 @@ impl Shape {
 
     /// Row `row` of `col` (an array of this shape's type, validated) as a value; an error
     /// names what the array holds that this reader does not know.
-    pub(crate) fn value(&self, col: &dyn Array, row: usize) -> Result<Value, String> {
+    pub fn value(&self, col: &dyn Array, row: usize) -> Result<Value, String> {
+        self.build(col, row, &mut Values)
+    }
+
+    /// Row `row` of `col` (an array of this shape's type, validated) made by `b`: each list,
+    /// record and map made at its size, then filled.
+    pub fn build<B: Build>(
+        &self,
+        col: &dyn Array,
+        row: usize,
+        b: &mut B,
+    ) -> Result<B::Out, String> {
         if col.is_null(row) {
-            return Ok(Value::Null);
+            return Ok(b.null());
         }
         Ok(match (self, col.data_type()) {
             (Shape::List(inner), dt) => {
@@ -161,32 +172,34 @@ impl Shape {
                     other => return Err(format!("a list shape read a {other} array")),
                 };
                 let values = values.as_ref();
-                Value::List(
-                    (start..end)
-                        .map(|i| inner.value(values, i))
-                        .collect::<Result<_, _>>()?,
-                )
+                let mut list = b.list(end - start);
+                for (i, at) in (start..end).enumerate() {
+                    let item = inner.build(values, at, b)?;
+                    b.item(&mut list, i, item);
+                }
+                list
             }
             (Shape::Record(keys, shapes), DataType::Struct(_)) => {
                 let s = col.as_struct();
-                Value::Record(
-                    keys.clone(),
-                    shapes
-                        .iter()
-                        .zip(s.columns())
-                        .map(|(shape, c)| shape.value(c.as_ref(), row))
-                        .collect::<Result<_, _>>()?,
-                )
+                let mut record = b.record(keys);
+                for (i, (shape, c)) in shapes.iter().zip(s.columns()).enumerate() {
+                    let v = shape.build(c.as_ref(), row, b)?;
+                    b.field(&mut record, keys, i, v);
+                }
+                record
             }
             (Shape::Map(k, v), DataType::Map(..)) => {
                 let m = col.as_map();
                 let o = m.value_offsets();
                 let (keys, values) = (m.keys().as_ref(), m.values().as_ref());
-                Value::Map(
-                    (o[row] as usize..o[row + 1] as usize)
-                        .map(|i| Ok((k.value(keys, i)?, v.value(values, i)?)))
-                        .collect::<Result<_, String>>()?,
-                )
+                let (start, end) = (o[row] as usize, o[row + 1] as usize);
+                let mut map = b.map(end - start);
+                for (i, at) in (start..end).enumerate() {
+                    let key = k.build(keys, at, b)?;
+                    let value = v.build(values, at, b)?;
+                    b.entry(&mut map, i, key, value);
+                }
+                map
             }
             (Shape::Union(places, shapes), DataType::Union(_, mode)) => {
                 let u = col.as_union();
@@ -199,12 +212,12 @@ impl Shape {
                     UnionMode::Dense => u.value_offset(row),
                     UnionMode::Sparse => row,
                 };
-                shapes[place].value(u.child(id).as_ref(), at)?
+                shapes[place].build(u.child(id).as_ref(), at, b)?
             }
             (Shape::Values(inner), DataType::Dictionary(..)) => {
                 let d = col.as_any_dictionary();
                 let key = d.normalized_keys()[row];
-                inner.value(d.values().as_ref(), key)?
+                inner.build(d.values().as_ref(), key, b)?
             }
             (Shape::Values(inner), DataType::RunEndEncoded(ends, _)) => {
                 let (values, at) = match ends.data_type() {
@@ -212,10 +225,137 @@ impl Shape {
                     DataType::Int32 => run::<arrow_array::types::Int32Type>(col, row),
                     _ => run::<arrow_array::types::Int64Type>(col, row),
                 };
-                inner.value(values.as_ref(), at)?
+                inner.build(values.as_ref(), at, b)?
             }
-            (_, dt) => leaf(col, dt, row)?,
+            (_, dt) => leaf(col, dt, row, b)?,
         })
+    }
+}
+
+/// What [`Shape::build`] makes values with: scalars, and lists, records and maps made at
+/// their size and then filled, item by item.
+pub trait Build {
+    /// A value made.
+    type Out;
+    /// A null.
+    fn null(&mut self) -> Self::Out;
+    /// A bool.
+    fn bool(&mut self, v: bool) -> Self::Out;
+    /// A signed integer (temporal values as counts of their unit).
+    fn int(&mut self, v: i64) -> Self::Out;
+    /// An unsigned integer.
+    fn uint(&mut self, v: u64) -> Self::Out;
+    /// A float (decimals as the nearest double).
+    fn float(&mut self, v: f64) -> Self::Out;
+    /// UTF-8 text.
+    fn text(&mut self, v: &[u8]) -> Self::Out;
+    /// Bytes.
+    fn bytes(&mut self, v: &[u8]) -> Self::Out;
+    /// A list of `n` items, filled by [`Build::item`].
+    fn list(&mut self, n: usize) -> Self::Out;
+    /// Item `i` of `list`.
+    fn item(&mut self, list: &mut Self::Out, i: usize, v: Self::Out);
+    /// A record of `keys`, filled by [`Build::field`].
+    fn record(&mut self, keys: &Keys) -> Self::Out;
+    /// Field `i` (of `keys`) of `record`.
+    fn field(&mut self, record: &mut Self::Out, keys: &Keys, i: usize, v: Self::Out);
+    /// A map of `n` entries, filled by [`Build::entry`].
+    fn map(&mut self, n: usize) -> Self::Out;
+    /// Entry `i` of `map`.
+    fn entry(&mut self, map: &mut Self::Out, i: usize, k: Self::Out, v: Self::Out);
+}
+
+/// [`Build`]ing [`Value`]s.
+struct Values;
+
+impl Build for Values {
+    type Out = Value;
+    fn null(&mut self) -> Value {
+        Value::Null
+    }
+    fn bool(&mut self, v: bool) -> Value {
+        Value::Bool(v)
+    }
+    fn int(&mut self, v: i64) -> Value {
+        Value::Int(v)
+    }
+    fn uint(&mut self, v: u64) -> Value {
+        Value::UInt(v)
+    }
+    fn float(&mut self, v: f64) -> Value {
+        Value::Float(v)
+    }
+    fn text(&mut self, v: &[u8]) -> Value {
+        Value::Text(Bytes::copy_from_slice(v))
+    }
+    fn bytes(&mut self, v: &[u8]) -> Value {
+        Value::Bytes(Bytes::copy_from_slice(v))
+    }
+    fn list(&mut self, n: usize) -> Value {
+        Value::List(Vec::with_capacity(n))
+    }
+    fn item(&mut self, list: &mut Value, _: usize, v: Value) {
+        if let Value::List(items) = list {
+            items.push(v);
+        }
+    }
+    fn record(&mut self, keys: &Keys) -> Value {
+        Value::Record(keys.clone(), Vec::with_capacity(keys.len()))
+    }
+    fn field(&mut self, record: &mut Value, _: &Keys, _: usize, v: Value) {
+        if let Value::Record(_, values) = record {
+            values.push(v);
+        }
+    }
+    fn map(&mut self, n: usize) -> Value {
+        Value::Map(Vec::with_capacity(n))
+    }
+    fn entry(&mut self, map: &mut Value, _: usize, k: Value, v: Value) {
+        if let Value::Map(entries) = map {
+            entries.push((k, v));
+        }
+    }
+}
+
+/// A batch's rows of a nested column, kept as they are in the source's arrays (no copy):
+/// row `i` is row `rows[i].1` of `parts[rows[i].0]`, read by `shape`.
+#[derive(Debug)]
+pub struct ArrowRows {
+    parts: Vec<ArrayRef>,
+    rows: Vec<(usize, usize)>,
+    shape: Arc<Shape>,
+}
+
+impl ArrowRows {
+    /// Rows `rows` (`(part, row)`) of `parts`, of `shape`.
+    pub(crate) fn new(parts: Vec<ArrayRef>, rows: Vec<(usize, usize)>, shape: Arc<Shape>) -> Self {
+        ArrowRows { parts, rows, shape }
+    }
+
+    /// Row `i` made by `b`.
+    pub fn build<B: Build>(&self, i: usize, b: &mut B) -> Result<B::Out, String> {
+        let (p, row) = self.rows[i];
+        self.shape.build(self.parts[p].as_ref(), row, b)
+    }
+}
+
+impl chute_core::NestedRows for ArrowRows {
+    fn len(&self) -> usize {
+        self.rows.len()
+    }
+    fn value(&self, i: usize) -> Result<Value, String> {
+        self.build(i, &mut Values)
+    }
+    fn nbytes(&self) -> usize {
+        // What the rows' parts hold, shared by the batch's rows.
+        self.parts
+            .iter()
+            .map(|p| p.get_array_memory_size())
+            .sum::<usize>()
+            .min(self.rows.len().saturating_mul(1 << 10))
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -232,77 +372,78 @@ fn prim<T: ArrowPrimitiveType>(col: &dyn Array, row: usize) -> T::Native {
     col.as_primitive::<T>().value(row)
 }
 
+/// A list of integers made by `b`.
+fn ints<B: Build>(b: &mut B, v: &[i64]) -> B::Out {
+    let mut list = b.list(v.len());
+    for (i, &x) in v.iter().enumerate() {
+        let item = b.int(x);
+        b.item(&mut list, i, item);
+    }
+    list
+}
+
 /// A value of a type without children.
-fn leaf(col: &dyn Array, dt: &DataType, row: usize) -> Result<Value, String> {
-    let text = |s: &str| Value::Text(Bytes::copy_from_slice(s.as_bytes()));
-    let bytes = |b: &[u8]| Value::Bytes(Bytes::copy_from_slice(b));
-    let decimal = |v: f64, s: i8| Value::Float(v / 10f64.powi(i32::from(s)));
+fn leaf<B: Build>(col: &dyn Array, dt: &DataType, row: usize, b: &mut B) -> Result<B::Out, String> {
+    let decimal = |v: f64, s: i8| v / 10f64.powi(i32::from(s));
     Ok(match dt {
-        DataType::Null => Value::Null,
-        DataType::Boolean => Value::Bool(col.as_boolean().value(row)),
-        DataType::Int8 => Value::Int(prim::<Int8Type>(col, row).into()),
-        DataType::Int16 => Value::Int(prim::<Int16Type>(col, row).into()),
-        DataType::Int32 => Value::Int(prim::<Int32Type>(col, row).into()),
-        DataType::Int64 => Value::Int(prim::<Int64Type>(col, row)),
-        DataType::Timestamp(u, _) => Value::Int(match u {
+        DataType::Null => b.null(),
+        DataType::Boolean => b.bool(col.as_boolean().value(row)),
+        DataType::Int8 => b.int(prim::<Int8Type>(col, row).into()),
+        DataType::Int16 => b.int(prim::<Int16Type>(col, row).into()),
+        DataType::Int32 => b.int(prim::<Int32Type>(col, row).into()),
+        DataType::Int64 => b.int(prim::<Int64Type>(col, row)),
+        DataType::Timestamp(u, _) => b.int(match u {
             TimeUnit::Second => prim::<TimestampSecondType>(col, row),
             TimeUnit::Millisecond => prim::<TimestampMillisecondType>(col, row),
             TimeUnit::Microsecond => prim::<TimestampMicrosecondType>(col, row),
             TimeUnit::Nanosecond => prim::<TimestampNanosecondType>(col, row),
         }),
-        DataType::Duration(u) => Value::Int(match u {
+        DataType::Duration(u) => b.int(match u {
             TimeUnit::Second => prim::<DurationSecondType>(col, row),
             TimeUnit::Millisecond => prim::<DurationMillisecondType>(col, row),
             TimeUnit::Microsecond => prim::<DurationMicrosecondType>(col, row),
             TimeUnit::Nanosecond => prim::<DurationNanosecondType>(col, row),
         }),
-        DataType::Date64 => Value::Int(prim::<Date64Type>(col, row)),
-        DataType::Time64(TimeUnit::Microsecond) => {
-            Value::Int(prim::<Time64MicrosecondType>(col, row))
-        }
-        DataType::Time64(_) => Value::Int(prim::<Time64NanosecondType>(col, row)),
-        DataType::UInt8 => Value::UInt(prim::<UInt8Type>(col, row).into()),
-        DataType::UInt16 => Value::UInt(prim::<UInt16Type>(col, row).into()),
-        DataType::UInt32 => Value::UInt(prim::<UInt32Type>(col, row).into()),
-        DataType::UInt64 => Value::UInt(prim::<UInt64Type>(col, row)),
-        DataType::Float16 => Value::Float(prim::<Float16Type>(col, row).to_f64()),
-        DataType::Float32 => Value::Float(prim::<Float32Type>(col, row).into()),
-        DataType::Float64 => Value::Float(prim::<Float64Type>(col, row)),
-        DataType::Date32 => Value::Int(prim::<Date32Type>(col, row).into()),
-        DataType::Time32(TimeUnit::Second) => Value::Int(prim::<Time32SecondType>(col, row).into()),
-        DataType::Time32(_) => Value::Int(prim::<Time32MillisecondType>(col, row).into()),
+        DataType::Date64 => b.int(prim::<Date64Type>(col, row)),
+        DataType::Time64(TimeUnit::Microsecond) => b.int(prim::<Time64MicrosecondType>(col, row)),
+        DataType::Time64(_) => b.int(prim::<Time64NanosecondType>(col, row)),
+        DataType::UInt8 => b.uint(prim::<UInt8Type>(col, row).into()),
+        DataType::UInt16 => b.uint(prim::<UInt16Type>(col, row).into()),
+        DataType::UInt32 => b.uint(prim::<UInt32Type>(col, row).into()),
+        DataType::UInt64 => b.uint(prim::<UInt64Type>(col, row)),
+        DataType::Float16 => b.float(prim::<Float16Type>(col, row).to_f64()),
+        DataType::Float32 => b.float(prim::<Float32Type>(col, row).into()),
+        DataType::Float64 => b.float(prim::<Float64Type>(col, row)),
+        DataType::Date32 => b.int(prim::<Date32Type>(col, row).into()),
+        DataType::Time32(TimeUnit::Second) => b.int(prim::<Time32SecondType>(col, row).into()),
+        DataType::Time32(_) => b.int(prim::<Time32MillisecondType>(col, row).into()),
         DataType::Interval(IntervalUnit::YearMonth) => {
-            Value::Int(prim::<IntervalYearMonthType>(col, row).into())
+            b.int(prim::<IntervalYearMonthType>(col, row).into())
         }
         DataType::Interval(IntervalUnit::DayTime) => {
             let d = prim::<IntervalDayTimeType>(col, row);
-            Value::List(vec![
-                Value::Int(d.days.into()),
-                Value::Int(d.milliseconds.into()),
-            ])
+            let parts = [i64::from(d.days), i64::from(d.milliseconds)];
+            ints(b, &parts)
         }
         DataType::Interval(IntervalUnit::MonthDayNano) => {
             let d = prim::<IntervalMonthDayNanoType>(col, row);
-            Value::List(vec![
-                Value::Int(d.months.into()),
-                Value::Int(d.days.into()),
-                Value::Int(d.nanoseconds),
-            ])
+            let parts = [i64::from(d.months), i64::from(d.days), d.nanoseconds];
+            ints(b, &parts)
         }
-        DataType::Decimal32(_, s) => decimal(prim::<Decimal32Type>(col, row).into(), *s),
-        DataType::Decimal64(_, s) => decimal(prim::<Decimal64Type>(col, row) as f64, *s),
-        DataType::Decimal128(_, s) => decimal(prim::<Decimal128Type>(col, row) as f64, *s),
+        DataType::Decimal32(_, s) => b.float(decimal(prim::<Decimal32Type>(col, row).into(), *s)),
+        DataType::Decimal64(_, s) => b.float(decimal(prim::<Decimal64Type>(col, row) as f64, *s)),
+        DataType::Decimal128(_, s) => b.float(decimal(prim::<Decimal128Type>(col, row) as f64, *s)),
         DataType::Decimal256(_, s) => {
             let (low, high) = prim::<Decimal256Type>(col, row).to_parts();
-            decimal(high as f64 * 2f64.powi(128) + low as f64, *s)
+            b.float(decimal(high as f64 * 2f64.powi(128) + low as f64, *s))
         }
-        DataType::Utf8 => text(col.as_string::<i32>().value(row)),
-        DataType::LargeUtf8 => text(col.as_string::<i64>().value(row)),
-        DataType::Utf8View => text(col.as_string_view().value(row)),
-        DataType::Binary => bytes(col.as_binary::<i32>().value(row)),
-        DataType::LargeBinary => bytes(col.as_binary::<i64>().value(row)),
-        DataType::BinaryView => bytes(col.as_binary_view().value(row)),
-        DataType::FixedSizeBinary(_) => bytes(col.as_fixed_size_binary().value(row)),
+        DataType::Utf8 => b.text(col.as_string::<i32>().value(row).as_bytes()),
+        DataType::LargeUtf8 => b.text(col.as_string::<i64>().value(row).as_bytes()),
+        DataType::Utf8View => b.text(col.as_string_view().value(row).as_bytes()),
+        DataType::Binary => b.bytes(col.as_binary::<i32>().value(row)),
+        DataType::LargeBinary => b.bytes(col.as_binary::<i64>().value(row)),
+        DataType::BinaryView => b.bytes(col.as_binary_view().value(row)),
+        DataType::FixedSizeBinary(_) => b.bytes(col.as_fixed_size_binary().value(row)),
         other => return Err(format!("chute reads no {other} values")),
     })
 }

@@ -44,6 +44,17 @@ impl StreamDigest {
                     }
                     vec![]
                 }
+                Column::Nested(rows) => {
+                    // As the same values collated from samples digest.
+                    h.update(b"values");
+                    for i in 0..rows.len() {
+                        match rows.value(i) {
+                            Ok(v) => v.encode(&mut |b| h.update(b)),
+                            Err(why) => h.update(why.as_bytes()),
+                        }
+                    }
+                    vec![]
+                }
                 _ => vec![],
             };
             for t in tensors {

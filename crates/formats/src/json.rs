@@ -1,0 +1,700 @@
+//! JSON Lines as records: `.jsonl` and `.ndjson` files (and `.gz` / `.zst` compressed ones),
+//! or a `.json` file of JSON Lines or of one array of records, read into Arrow record batches
+//! and served by [`ArrowSource`] (so columns, kinds, nulls, structs by path and nested values
+//! are those of Parquet and Arrow files: the columnar skeleton's).
+//!
+//! When a source is opened, every file is read (a compressed one decompressed whole, bounded
+//! by `max_decoded_bytes`) and its schema inferred over every line, as `datasets`' JSON
+//! loader (pyarrow's JSON reader) infers one: integers `int64`, numbers with a fraction (or
+//! integers beside them) `float64`, `bool`, strings, lists, objects as structs (fields in the
+//! order first seen), a field that is `null` on every line the null type, and a field missing
+//! from a line null there. The lines are cut into pieces of about 4 MiB, each decoded into a
+//! record batch when first read (on the loader's workers, in parallel): every row is in
+//! memory, so a global shuffle, an exact rank split and a resume read any row. A line that is not JSON, or a value whose type differs from the
+//! others of its field (a number where other lines have text), is an error naming the file
+//! and the line.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{Schema, SchemaRef};
+use bytes::Bytes;
+use chute_core::{Error, Limits};
+
+use crate::columnar;
+use crate::ipc::{ArrowOptions, ArrowSource};
+
+/// Bytes of lines decoded together into one record batch (a piece ends at a line's end).
+const PIECE_BYTES: usize = 4 << 20;
+
+/// Opens JSON Lines files (paths or URLs) as one source of records.
+pub fn open<P: AsRef<Path>>(paths: &[P], options: ArrowOptions) -> Result<ArrowSource, Error> {
+    from_bytes(columnar::read_files(paths, "JSON Lines")?, options)
+}
+
+/// Opens JSON Lines files already in memory, each `(name, bytes)`; a name ending in `.gz` or
+/// `.zst` is decompressed.
+pub fn from_bytes(
+    contents: Vec<(String, Bytes)>,
+    options: ArrowOptions,
+) -> Result<ArrowSource, Error> {
+    columnar::given(&contents, "JSON Lines")?;
+    let mut files = Vec::with_capacity(contents.len());
+    for (origin, data) in contents {
+        let data = decompressed(&origin, data)?;
+        let data = records_of_array(&origin, data)?;
+        files.push((origin, data));
+    }
+    let (schema, seen) = infer(&files)?;
+    let schema = Arc::new(schema);
+    let mut pieces = Vec::new();
+    for (origin, data) in &files {
+        let origin: Arc<str> = Arc::from(origin.as_str());
+        for (range, line) in cut(data) {
+            let offset = range.start as u64;
+            let data = data.slice(range);
+            let rows = lines(&data, line).count() as u64;
+            pieces.push(Piece {
+                origin: origin.clone(),
+                data,
+                line,
+                offset,
+                rows,
+                schema: schema.clone(),
+            });
+        }
+    }
+    let origin = match files.len() {
+        1 => files[0].0.clone(),
+        n => format!("{} and {} more JSON Lines files", files[0].0, n - 1),
+    };
+    // A field holds nulls where some line gives it no value.
+    let holds_nulls = |name: &str| seen.present.get(name).copied().unwrap_or(0) < seen.rows;
+    ArrowSource::from_json(schema, pieces, holds_nulls, &origin, options)
+}
+
+/// Lines of a JSON Lines file decoded together, on first use, into one record batch.
+pub(crate) struct Piece {
+    /// The file's name, for errors.
+    pub(crate) origin: Arc<str>,
+    /// The lines, whole.
+    pub(crate) data: Bytes,
+    /// The number of the first line (from 1), and its byte offset in the (decompressed) file.
+    pub(crate) line: usize,
+    pub(crate) offset: u64,
+    /// Records in it (lines that are not blank).
+    pub(crate) rows: u64,
+    pub(crate) schema: SchemaRef,
+}
+
+impl Piece {
+    /// The piece's records as a record batch of its schema; an error names the line.
+    pub(crate) fn decode(&self) -> Result<RecordBatch, Error> {
+        piece(&self.origin, &self.data, self.line, &self.schema)
+    }
+}
+
+/// `data` decompressed where `origin` says it is compressed (`.gz`, `.zst`), at most
+/// `max_decoded_bytes` of it.
+fn decompressed(origin: &str, data: Bytes) -> Result<Bytes, Error> {
+    let name = origin.split(['?', '#']).next().unwrap_or(origin);
+    let reader: Box<dyn Read + '_> = if name.ends_with(".gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(&data[..]))
+    } else if name.ends_with(".zst") {
+        Box::new(
+            zstd::stream::read::Decoder::new(&data[..])
+                .map_err(|e| Error::corrupt(origin, 0, format!("not zstd: {e}")))?,
+        )
+    } else {
+        return Ok(data);
+    };
+    let limit = Limits::current().max_decoded_bytes;
+    let mut out = Vec::new();
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| Error::corrupt(origin, 0, format!("its compressed data is corrupt: {e}")))?;
+    if out.len() as u64 > limit {
+        return Err(Error::corrupt(
+            origin,
+            0,
+            chute_core::limits::exceeded(
+                "the file",
+                format!("more than {limit}"),
+                "decompressed bytes",
+                "max_decoded_bytes",
+                limit,
+            ),
+        ));
+    }
+    Ok(Bytes::from(out))
+}
+
+/// A file that holds one JSON array (a `.json` file of records, as `datasets` reads one) as
+/// JSON Lines of its elements; other data as it is.
+fn records_of_array(origin: &str, data: Bytes) -> Result<Bytes, Error> {
+    if data.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'[') {
+        return Ok(data);
+    }
+    let values: Vec<serde_json::Value> = serde_json::from_slice(&data).map_err(|e| {
+        Error::corrupt(
+            origin,
+            0,
+            format!("line {}: not a JSON array of records: {e}", e.line()),
+        )
+    })?;
+    let mut out = Vec::with_capacity(data.len());
+    for v in &values {
+        serde_json::to_writer(&mut out, v).expect("a value writes to memory");
+        out.push(b'\n');
+    }
+    Ok(Bytes::from(out))
+}
+
+/// The lines of `data` (1-based numbers), blank ones left out.
+fn lines(data: &[u8], first: usize) -> impl Iterator<Item = (usize, &[u8])> {
+    data.split(|&b| b == b'\n')
+        .enumerate()
+        .map(move |(i, l)| (first + i, l))
+        .filter(|(_, l)| !l.iter().all(u8::is_ascii_whitespace))
+}
+
+/// The schema of every line of `files`, or an error naming the file and line that is not
+/// JSON, not an object, or whose types cannot join the others'; and what the lines hold
+/// ([`Seen`]).
+fn infer(files: &[(String, Bytes)]) -> Result<(Schema, Seen), Error> {
+    let mut root = Node::default();
+    let mut rows = 0u64;
+    for (origin, data) in files {
+        for (line, text) in lines(data, 1) {
+            let first = text.iter().find(|b| !b.is_ascii_whitespace());
+            if first != Some(&b'{') {
+                let why = match serde_json::from_slice::<serde_json::Value>(text) {
+                    Err(e) => format!("line {line}: not JSON: {e}"),
+                    Ok(v) => format!(
+                        "line {line}: a JSON {}, not an object (a record is one object a line)",
+                        kind_of(&v)
+                    ),
+                };
+                return Err(Error::corrupt(origin, 0, why));
+            }
+            let conflict = std::cell::RefCell::new(None);
+            let at = At {
+                line,
+                file: origin,
+                conflict: &conflict,
+            };
+            let mut de = serde_json::Deserializer::from_slice(text);
+            let parsed = serde::de::DeserializeSeed::deserialize(
+                Walk {
+                    node: &mut root,
+                    at: &at,
+                    listed: false,
+                    path: &FieldPath::Root,
+                },
+                &mut de,
+            )
+            .and_then(|()| de.end());
+            if let Err(e) = parsed {
+                let why = conflict
+                    .into_inner()
+                    .unwrap_or_else(|| format!("line {line}: not JSON: {e}"));
+                return Err(Error::corrupt(origin, 0, why));
+            }
+            rows += 1;
+        }
+    }
+    let Ty::Object(fields) = &root.ty else {
+        return Ok((Schema::empty(), Seen::default()));
+    };
+    let schema = Schema::new(
+        fields
+            .iter()
+            .map(|(name, n)| arrow_schema::Field::new(name, n.ty.arrow(), true))
+            .collect::<Vec<_>>(),
+    );
+    let mut present = std::collections::HashMap::new();
+    root.present_into("", &mut present);
+    Ok((schema, Seen { present, rows }))
+}
+
+/// What the lines of a source hold: per field path outside lists (`a`, `meta.a`), the lines
+/// that give it a value, and the lines.
+#[derive(Default)]
+struct Seen {
+    present: std::collections::HashMap<String, u64>,
+    rows: u64,
+}
+
+/// The type inferred for a field, as pyarrow's JSON reader infers one.
+#[derive(Default)]
+enum Ty {
+    /// Only nulls so far.
+    #[default]
+    Null,
+    Bool,
+    Int,
+    Float,
+    Str,
+    /// A list: its items' node.
+    List(Box<Node>),
+    /// An object: its fields, in the order first seen.
+    Object(Vec<(String, Node)>),
+}
+
+impl Ty {
+    /// The JSON kind, for messages.
+    fn kind(&self) -> &'static str {
+        match self {
+            Ty::Null => "null",
+            Ty::Bool => "bool",
+            Ty::Int | Ty::Float => "number",
+            Ty::Str => "string",
+            Ty::List(_) => "array",
+            Ty::Object(_) => "object",
+        }
+    }
+
+    fn arrow(&self) -> arrow_schema::DataType {
+        use arrow_schema::{DataType, Field};
+        match self {
+            Ty::Null => DataType::Null,
+            Ty::Bool => DataType::Boolean,
+            Ty::Int => DataType::Int64,
+            Ty::Float => DataType::Float64,
+            Ty::Str => DataType::Utf8,
+            Ty::List(item) => DataType::List(Arc::new(Field::new("item", item.ty.arrow(), true))),
+            Ty::Object(fields) => DataType::Struct(
+                fields
+                    .iter()
+                    .map(|(name, n)| Field::new(name, n.ty.arrow(), true))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// A field's inferred type, the line that first gave it a kind, and (outside lists) the
+/// lines that gave it a value.
+#[derive(Default)]
+struct Node {
+    ty: Ty,
+    line: usize,
+    file: String,
+    present: u64,
+}
+
+impl Node {
+    /// Adds the present counts of this node's object fields under `path` to `out`.
+    fn present_into(&self, path: &str, out: &mut std::collections::HashMap<String, u64>) {
+        if let Ty::Object(fields) = &self.ty {
+            for (name, n) in fields {
+                let p = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                n.present_into(&p, out);
+                out.insert(p, n.present);
+            }
+        }
+    }
+
+    /// Makes this node's kind `kind` (a number joins a number, null anything), or says why
+    /// it cannot.
+    fn join(&mut self, want: Ty, at: &At<'_>, path: &FieldPath<'_>) -> Result<(), String> {
+        let same = std::mem::discriminant(&self.ty) == std::mem::discriminant(&want);
+        match (&self.ty, &want) {
+            (Ty::Null, _) => {
+                self.ty = want;
+                self.line = at.line;
+                at.file.clone_into(&mut self.file);
+            }
+            (Ty::Int, Ty::Float) => self.ty = Ty::Float,
+            (Ty::Float, Ty::Int) => {}
+            _ if same => {}
+            (have, _) => {
+                let whose = if self.file == at.file {
+                    String::new()
+                } else {
+                    format!(" of {}", self.file)
+                };
+                let path = path.render();
+                return Err(format!(
+                    "line {}: field {path:?} is a{} {}, but it is a{} {} on line {}{whose} \
+                     (every value of a field must be of one type, as for `datasets`' JSON \
+                     loader; integers and floats are both numbers)",
+                    at.line,
+                    if want.kind() == "array" || want.kind() == "object" {
+                        "n"
+                    } else {
+                        ""
+                    },
+                    want.kind(),
+                    if have.kind() == "array" || have.kind() == "object" {
+                        "n"
+                    } else {
+                        ""
+                    },
+                    have.kind(),
+                    self.line
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a value lies in its line's record, rendered only for a message (`meta.a`,
+/// `messages[].role`).
+enum FieldPath<'a> {
+    Root,
+    Field(&'a FieldPath<'a>, &'a str),
+    Item(&'a FieldPath<'a>),
+}
+
+impl FieldPath<'_> {
+    fn render(&self) -> String {
+        match self {
+            FieldPath::Root => String::new(),
+            FieldPath::Field(FieldPath::Root, name) => (*name).to_string(),
+            FieldPath::Field(up, name) => format!("{}.{name}", up.render()),
+            FieldPath::Item(up) => format!("{}[]", up.render()),
+        }
+    }
+}
+
+/// The line being read, for messages; a conflict found is left in `conflict`.
+struct At<'a> {
+    line: usize,
+    file: &'a str,
+    conflict: &'a std::cell::RefCell<Option<String>>,
+}
+
+/// A JSON value read into `node` (at field `path`; `listed`: inside a list, where presence is
+/// not counted), without keeping it.
+struct Walk<'a, 'b> {
+    node: &'a mut Node,
+    at: &'a At<'b>,
+    listed: bool,
+    path: &'a FieldPath<'a>,
+}
+
+impl Walk<'_, '_> {
+    fn join<E: serde::de::Error>(self, ty: Ty) -> Result<(), E> {
+        if !self.listed {
+            self.node.present += 1;
+        }
+        self.node.join(ty, self.at, self.path).map_err(|why| {
+            *self.at.conflict.borrow_mut() = Some(why);
+            E::custom("a type conflict")
+        })
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walk<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.join(Ty::Bool)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.join(Ty::Int)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        // Past int64, a number is read as a float (as pyarrow's reader does not: it fails).
+        self.join(if i64::try_from(v).is_ok() {
+            Ty::Int
+        } else {
+            Ty::Float
+        })
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.join(Ty::Float)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<(), E> {
+        self.join(Ty::Str)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Walk {
+            node,
+            at,
+            listed,
+            path,
+        } = self;
+        Walk {
+            node: &mut *node,
+            at,
+            listed,
+            path,
+        }
+        .join::<A::Error>(Ty::List(Box::default()))?;
+        let Ty::List(item) = &mut node.ty else {
+            unreachable!("joined as a list")
+        };
+        let inner = FieldPath::Item(path);
+        while seq
+            .next_element_seed(Walk {
+                node: item,
+                at,
+                listed: true,
+                path: &inner,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Walk {
+            node,
+            at,
+            listed,
+            path,
+        } = self;
+        if !matches!(path, FieldPath::Root) {
+            Walk {
+                node: &mut *node,
+                at,
+                listed,
+                path,
+            }
+            .join::<A::Error>(Ty::Object(Vec::new()))?;
+        } else if matches!(node.ty, Ty::Null) {
+            node.ty = Ty::Object(Vec::new());
+        }
+        let Ty::Object(fields) = &mut node.ty else {
+            unreachable!("joined as an object")
+        };
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let i = match fields.iter().position(|(k, _)| *k == key) {
+                Some(i) => i,
+                None => {
+                    fields.push((key.into_owned(), Node::default()));
+                    fields.len() - 1
+                }
+            };
+            let (name, child) = &mut fields[i];
+            let child_path = FieldPath::Field(path, name);
+            map.next_value_seed(Walk {
+                node: child,
+                at,
+                listed,
+                path: &child_path,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn kind_of(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "bool",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// `data` cut at line ends into pieces of about [`PIECE_BYTES`]: each piece's byte range and
+/// the number of its first line.
+fn cut(data: &[u8]) -> Vec<(std::ops::Range<usize>, usize)> {
+    let mut pieces = Vec::new();
+    let (mut start, mut line) = (0usize, 1usize);
+    while start < data.len() {
+        let want = (start + PIECE_BYTES).min(data.len());
+        let end = match data[want..].iter().position(|&b| b == b'\n') {
+            Some(i) => want + i + 1,
+            None => data.len(),
+        };
+        pieces.push((start..end, line));
+        line += data[start..end].iter().filter(|&&b| b == b'\n').count();
+        start = end;
+    }
+    pieces
+}
+
+/// The lines `data` of `origin` (the first is line `first`) as one record batch of `schema`;
+/// an error names the first line that does not decode.
+fn piece(
+    origin: &str,
+    data: &[u8],
+    first: usize,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, Error> {
+    let all = || -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let mut decoder = arrow_json::ReaderBuilder::new(schema.clone())
+            .with_batch_size(data.len().max(1))
+            .build_decoder()?;
+        let mut at = 0;
+        while at < data.len() {
+            let read = decoder.decode(&data[at..])?;
+            if read == 0 {
+                break;
+            }
+            at += read;
+        }
+        Ok(decoder
+            .flush()?
+            .unwrap_or_else(|| RecordBatch::new_empty(schema.clone())))
+    };
+    all().map_err(|e| {
+        // Find the line: each decoded alone.
+        let line = lines(data, first).find_map(|(line, text)| {
+            let mut one = arrow_json::ReaderBuilder::new(schema.clone())
+                .build_decoder()
+                .ok()?;
+            match one.decode(text).and_then(|_| one.flush()) {
+                Ok(_) => None,
+                Err(e) => Some((line, e)),
+            }
+        });
+        let why = match line {
+            Some((line, e)) => format!(
+                "line {line}: {e} (every value of a field must be of one type, as for \
+                 `datasets`' JSON loader)"
+            ),
+            None => format!("lines {first} on: {e}"),
+        };
+        Error::corrupt(origin, 0, why)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chute_core::{BufferPool, Column, Source, Value};
+
+    fn src(text: &str) -> Result<ArrowSource, Error> {
+        from_bytes(
+            vec![("a.jsonl".into(), Bytes::from(text.to_string()))],
+            ArrowOptions::default(),
+        )
+    }
+
+    #[test]
+    fn records_with_nested_values_missing_fields_and_nulls() {
+        let s = src(concat!(
+            r#"{"id": 1, "messages": [{"role": "user", "content": "hi"}], "meta": {"a": 1.5}}"#,
+            "\n\n",
+            r#"{"id": 2, "messages": [], "meta": {"a": 2}, "tag": "x"}"#,
+            "\n",
+        ))
+        .unwrap();
+        assert_eq!(s.manifest().total_samples(), 2);
+        let pool = BufferPool::new(8);
+        let cols = s.collate(&[0, 1], &pool).unwrap().unwrap();
+        let names: Vec<&str> = cols.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["id", "messages", "meta.a", "tag", "tag_valid"]);
+        let Column::Nested(rows) = &cols[1].1 else {
+            panic!("{:?}", cols[1].1)
+        };
+        let m: Vec<Value> = (0..rows.len()).map(|i| rows.value(i).unwrap()).collect();
+        assert_eq!(m[1], Value::List(vec![]));
+        let Value::List(first) = &m[0] else { panic!() };
+        assert_eq!(first[0].get("content").and_then(Value::as_str), Some("hi"));
+        let meta = cols[2].1.as_tensor().unwrap();
+        assert_eq!(meta.as_slice::<f64>().unwrap(), [1.5, 2.0]);
+    }
+
+    #[test]
+    fn bad_lines_and_type_conflicts_name_the_file_and_line() {
+        let e = src("{\"a\": 1}\n{\"a\": 2}\nnot json\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a.jsonl") && e.contains("line 3: not JSON"),
+            "{e}"
+        );
+        let e = src("{\"a\": 1}\n[1, 2]\n").unwrap_err().to_string();
+        assert!(e.contains("line 2: a JSON array, not an object"), "{e}");
+        let e = src("{\"a\": 1}\n{\"a\": 2}\n{\"a\": \"three\"}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a.jsonl") && e.contains("line 3"), "{e}");
+        let e = src("{\"a\": [1]}\n{\"a\": {\"b\": 2}}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a.jsonl") && e.contains("line 2"), "{e}");
+        let e = src("{\"m\": [{\"r\": \"a\"}]}\n{\"m\": [{\"r\": 1}]}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2: field \"m[].r\" is a number, but it is a string on line 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn arrays_gzip_and_zstd_read_as_lines() {
+        let text = "{\"x\": 1}\n{\"x\": 2}\n";
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, text.as_bytes()).unwrap();
+        let zst = zstd::encode_all(text.as_bytes(), 1).unwrap();
+        for (name, data) in [
+            ("a.jsonl.gz", gz.finish().unwrap()),
+            ("a.jsonl.zst", zst),
+            ("a.json", b" [{\"x\": 1}, {\"x\": 2}]".to_vec()),
+        ] {
+            let s = from_bytes(
+                vec![(name.into(), Bytes::from(data))],
+                ArrowOptions::default(),
+            )
+            .unwrap();
+            let pool = BufferPool::new(8);
+            let cols = s.collate(&[0, 1], &pool).unwrap().unwrap();
+            let x = cols[0].1.as_tensor().unwrap();
+            assert_eq!(x.as_slice::<i64>().unwrap(), [1, 2], "{name}");
+        }
+        let e = from_bytes(
+            vec![("b.jsonl.gz".into(), Bytes::from_static(b"\x1f\x8bjunk"))],
+            ArrowOptions::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("b.jsonl.gz") && e.contains("corrupt"), "{e}");
+    }
+
+    #[test]
+    fn pieces_cut_at_line_ends_keep_line_numbers() {
+        let data: String = (0..400_000).map(|i| format!("{{\"i\": {i}}}\n")).collect();
+        let pieces = cut(data.as_bytes());
+        assert!(pieces.len() > 1);
+        for (r, line) in &pieces {
+            assert!(r.start == 0 || data.as_bytes()[r.start - 1] == b'\n');
+            let first: String = data[r.clone()].lines().next().unwrap().into();
+            assert_eq!(first, format!("{{\"i\": {}}}", line - 1));
+        }
+        let s = src(&data).unwrap();
+        assert_eq!(s.manifest().total_samples(), 400_000);
+        let Some(chute_core::Field::Array(a)) = s.read(123_456).unwrap().get("i").cloned() else {
+            panic!()
+        };
+        assert_eq!(a.data[..], 123_456i64.to_le_bytes());
+    }
+}
