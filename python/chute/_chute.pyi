@@ -65,6 +65,7 @@ def dataset(
     cache_bytes: Optional[int] = None,
     nulls: str = "mask",
     fill_null: Optional[float] = None,
+    structs: str = "flatten",
     index: str = "auto",
     raw: bool = False,
     verify_checksums: bool = True,
@@ -264,6 +265,7 @@ def parquet(
     cache_bytes: Optional[int] = None,
     nulls: str = "mask",
     fill_null: Optional[float] = None,
+    structs: str = "flatten",
 ) -> Source:
     """Parquet files, paths or URLs (downloaded whole when opened): projected columns; numeric
     ``[B]``, fixed-size lists ``[B, k]``; ``stack={"x": ["f0", "f1"]}`` (or ``"f{0..15}"``)
@@ -274,7 +276,11 @@ def parquet(
     has its null slots filled (``fill_null`` for numbers, else NaN for floats and 0 for
     integers; false, empty bytes, text and lists) and a ``<name>_valid`` bool column, true
     where a value is present, in every batch; ``nulls="raise"``: a null is an error naming the
-    file, the column and the row.
+    file, the column and the row. A struct column is read as its leaves, a column each named
+    by its path (``meta.a``; ``columns=["meta.a"]`` selects one, ``columns=["meta"]`` all of
+    them), or whole with ``structs="record"`` (a dict a row). Lists of strings or structs,
+    lists of lists, maps and unions are nested values: a Python list a batch of lists, dicts
+    (every field, ``None`` where null), ``(key, value)`` tuples for maps and scalars.
     Shards are chunks of ``chunk_rows`` rows (default 16,384) of a row group. A row group is
     decoded a piece at a time (a run of whole chunks, about 16 MiB decoded), and a piece leaves
     memory as soon as the epoch has read its rows (streaming); ``cache_bytes`` keeps the
@@ -292,12 +298,13 @@ def arrow(
     stack: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
     nulls: str = "mask",
     fill_null: Optional[float] = None,
+    structs: str = "flatten",
 ) -> Source:
     """Arrow IPC files or streams (paths or URLs, folders, globs, manifests; memory-mapped), or
     Arrow data in memory (anything with ``__arrow_c_stream__``: a pyarrow ``Table``, a Polars
     ``DataFrame``), read in place: numbers and bools ``[B]``, fixed-size lists ``[B, k]``,
-    lists of numbers one array per sample, binary and strings lists; other types and nulls
-    (``nulls``, ``fill_null``) as for ``parquet``."""
+    lists of numbers one array per sample, binary and strings lists; other types, nulls
+    (``nulls``, ``fill_null``), structs (``structs``) and nested values as for ``parquet``."""
 
 def arrow_table(
     data: Any,
@@ -309,6 +316,7 @@ def arrow_table(
     name: str = "arrow",
     nulls: str = "mask",
     fill_null: Optional[float] = None,
+    structs: str = "flatten",
 ) -> Source:
     """Arrow data in memory (``__arrow_c_stream__``) as a source, with an optional row mapping
     (little-endian uint64 bytes: sample ``i`` is row ``indices[i]``); what ``chute.Loader``

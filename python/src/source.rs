@@ -200,7 +200,7 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
                     columns=None, chunk_rows=None, stack=None, cache_bytes=None,
-                    nulls="mask", fill_null=None, index="auto", raw=false,
+                    nulls="mask", fill_null=None, structs="flatten", index="auto", raw=false,
                     verify_checksums=true, pack=None, eos_id=None, pad_id=0, long="split",
                     pack_window=1024, pack_seed=0, pad_to_multiple_of=1, bucket=0,
                     tokenizer=None, text_field="text", add_special_tokens=true))]
@@ -218,6 +218,7 @@ pub(crate) fn dataset(
     cache_bytes: Option<usize>,
     nulls: &str,
     fill_null: Option<f64>,
+    structs: &str,
     index: &str,
     raw: bool,
     verify_checksums: bool,
@@ -268,6 +269,7 @@ pub(crate) fn dataset(
         cache_bytes,
         nulls: self::nulls(nulls)?,
         fill_null: Fill { number: fill_null },
+        structs: self::structs(structs)?,
         index: index_mode(index)?,
         raw,
         verify_checksums,
@@ -351,7 +353,7 @@ pub(crate) fn tfrecord(
 /// keeps the decoded data of files that fit in that many bytes for later epochs instead.
 #[pyfunction]
 #[pyo3(signature = (urls, *, columns=None, chunk_rows=None, stack=None, cache_bytes=None,
-                    nulls="mask", fill_null=None))]
+                    nulls="mask", fill_null=None, structs="flatten"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn parquet(
     py: Python<'_>,
@@ -362,6 +364,7 @@ pub(crate) fn parquet(
     cache_bytes: Option<usize>,
     nulls: &str,
     fill_null: Option<f64>,
+    structs: &str,
 ) -> PyResult<Source> {
     let options = OpenOptions {
         format: Some(Format::Parquet),
@@ -371,6 +374,7 @@ pub(crate) fn parquet(
         stack: self::stack(stack)?,
         nulls: self::nulls(nulls)?,
         fill_null: Fill { number: fill_null },
+        structs: self::structs(structs)?,
         ..Default::default()
     };
     open(py, urls, options)
@@ -387,7 +391,8 @@ pub(crate) fn parquet(
 /// `stack` as for `parquet`.
 #[pyfunction]
 #[pyo3(signature = (data, *, columns=None, chunk_rows=None, stack=None, nulls="mask",
-                    fill_null=None))]
+                    fill_null=None, structs="flatten"))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn arrow(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -396,11 +401,12 @@ pub(crate) fn arrow(
     stack: Option<&Bound<'_, PyAny>>,
     nulls: &str,
     fill_null: Option<f64>,
+    structs: &str,
 ) -> PyResult<Source> {
     if data.hasattr("__arrow_c_stream__")? {
         let name = data.get_type().name()?.to_string();
         return arrow_table(
-            py, data, None, columns, chunk_rows, stack, &name, nulls, fill_null,
+            py, data, None, columns, chunk_rows, stack, &name, nulls, fill_null, structs,
         );
     }
     let options = OpenOptions {
@@ -410,6 +416,7 @@ pub(crate) fn arrow(
         stack: self::stack(stack)?,
         nulls: self::nulls(nulls)?,
         fill_null: Fill { number: fill_null },
+        structs: self::structs(structs)?,
         ..Default::default()
     };
     open(py, data, options)
@@ -424,7 +431,7 @@ pub(crate) fn arrow(
 /// data in errors.
 #[pyfunction]
 #[pyo3(signature = (data, *, indices=None, columns=None, chunk_rows=None, stack=None,
-                    name="arrow", nulls="mask", fill_null=None))]
+                    name="arrow", nulls="mask", fill_null=None, structs="flatten"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn arrow_table(
     py: Python<'_>,
@@ -436,6 +443,7 @@ pub(crate) fn arrow_table(
     name: &str,
     nulls: &str,
     fill_null: Option<f64>,
+    structs: &str,
 ) -> PyResult<Source> {
     let capsule = data.call_method0("__arrow_c_stream__")?;
     let capsule = capsule.cast::<PyCapsule>()?;
@@ -451,6 +459,7 @@ pub(crate) fn arrow_table(
         stack: self::stack(stack)?,
         nulls: self::nulls(nulls)?,
         fill_null: Fill { number: fill_null },
+        structs: self::structs(structs)?,
     };
     let stream = stream.as_ptr() as usize;
     let inner = py
@@ -475,6 +484,12 @@ pub(crate) fn arrow_table(
 fn nulls(s: &str) -> PyResult<chute::formats::Nulls> {
     chute::formats::Nulls::parse(s)
         .map_err(|why| errors::from_config(chute::ConfigError::new("nulls", why)))
+}
+
+/// A `structs` argument: `"flatten"` or `"record"`.
+fn structs(s: &str) -> PyResult<chute::formats::Structs> {
+    chute::formats::Structs::parse(s)
+        .map_err(|why| errors::from_config(chute::ConfigError::new("structs", why)))
 }
 
 /// A `stack` argument: `{name: columns}`, the columns a list of names or one string of

@@ -131,6 +131,14 @@ def test_nested_columns_read_with_pyarrow_values(tmp_path, how):
     assert list(next(iter(meta))) == ["meta.source", "meta.score", "meta.inner.n"]
     with pytest.raises(chute.ConfigError, match=r"meta\.nope.*meta\.inner\.n"):
         chute.arrow(tbl, columns=["meta.nope"])
+    # Whole records on request, as datasets gives them; a leaf by its path still alone.
+    rec = next(iter(chute.Loader(chute.arrow(tbl, structs="record"), batch_size=60)))
+    assert rec["meta"] == tbl.column("meta").to_pylist() and "meta.source" not in rec
+    rec = next(iter(chute.Loader(chute.arrow(tbl, structs="record", columns=["meta.inner"]),
+                                 batch_size=60)))
+    assert rec["meta.inner"] == [{"n": k} for k in range(60)]
+    with pytest.raises(chute.ConfigError, match="structs"):
+        chute.arrow(tbl, structs="flat")
 
 
 def test_every_order_and_resume_give_the_same_nested_values(tmp_path):

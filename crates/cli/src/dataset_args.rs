@@ -57,6 +57,10 @@ pub(crate) struct DatasetArgs {
     /// floats, 0 for integers].
     #[arg(long)]
     pub(crate) fill_null: Option<f64>,
+    /// Parquet, Arrow and JSON Lines: how a struct column is read: flatten (a column per
+    /// leaf, named by its path, meta.a) or record (the whole struct, one nested value a row).
+    #[arg(long, default_value = "flatten", value_parser = chute::formats::Structs::parse)]
+    pub(crate) structs: chute::formats::Structs,
     /// Token files and Megatron datasets: pack documents into rows: concat (windows of
     /// seq_len + 1 tokens across documents), document (the same with position_ids,
     /// segment_ids, cu_seqlens), best_fit (whole documents in rows of seq_len, padded) or pad
@@ -204,6 +208,7 @@ impl DatasetArgs {
             fill_null: chute::formats::Fill {
                 number: self.fill_null,
             },
+            structs: self.structs,
             cache_bytes: self
                 .decoded_cache
                 .map(|b| usize::try_from(b).unwrap_or(usize::MAX)),

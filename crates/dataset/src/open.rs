@@ -506,6 +506,7 @@ fn arrow_options(options: &OpenOptions) -> chute_formats::ipc::ArrowOptions {
         stack: options.stack.clone(),
         nulls: options.nulls,
         fill_null: options.fill_null,
+        structs: options.structs,
     }
 }
 
@@ -544,6 +545,7 @@ fn open_parquet(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Sour
         cache_bytes: options.cache_bytes,
         nulls: options.nulls,
         fill_null: options.fill_null,
+        structs: options.structs,
         ..Default::default()
     };
     Ok(Arc::new(chute_formats::parquet::ParquetSource::open(

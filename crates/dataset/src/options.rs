@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use chute_core::{DType, TextEncoder};
-use chute_formats::{Fill, Format, IndexMode, Nulls, Stack};
+use chute_formats::{Fill, Format, IndexMode, Nulls, Stack, Structs};
 
 use crate::pack::PackOptions;
 
@@ -32,6 +32,8 @@ pub struct OpenOptions {
     pub nulls: Nulls,
     /// Parquet and Arrow: what null slots are filled with.
     pub fill_null: Fill,
+    /// How struct columns are read (Parquet, Arrow, JSON Lines): a column per leaf, or whole.
+    pub structs: Structs,
     /// Parquet: bytes of decoded data kept in memory for later epochs (default: none kept,
     /// pieces of row groups are dropped once read; see `ParquetOptions::cache_bytes`).
     pub cache_bytes: Option<usize>,
@@ -74,6 +76,7 @@ impl Default for OpenOptions {
             stack: Stack::new(),
             nulls: Nulls::Mask,
             fill_null: Fill::default(),
+            structs: Structs::Flatten,
             cache_bytes: None,
             index: IndexMode::Auto,
             raw: false,

@@ -402,13 +402,21 @@ type Found = (usize, Vec<String>, String, ArrowField);
 
 /// Adds `field` (at `path` under top-level column `place`, named `name`) to `out`: itself,
 /// or, for a struct, each of its leaves, named by their paths (`meta.a`).
-fn leaves(place: usize, path: Vec<String>, name: String, field: &ArrowField, out: &mut Vec<Found>) {
+fn leaves(
+    place: usize,
+    path: Vec<String>,
+    name: String,
+    field: &ArrowField,
+    structs: crate::Structs,
+    out: &mut Vec<Found>,
+) {
     match field.data_type() {
-        DataType::Struct(children) if flattens(field) => {
+        DataType::Struct(children) if structs == crate::Structs::Flatten && flattens(field) => {
             for child in children {
                 let mut path = path.clone();
                 path.push(child.name().clone());
-                leaves(place, path, format!("{name}.{}", child.name()), child, out);
+                let name = format!("{name}.{}", child.name());
+                leaves(place, path, name, child, structs, out);
             }
         }
         _ => out.push((place, path, name, field.clone())),
@@ -438,18 +446,19 @@ fn resolve(schema: &Schema, name: &str) -> Option<(usize, Vec<String>, ArrowFiel
     inside(schema.fields(), name)
 }
 
-/// Every column of `schema` as a batch has them (structs as their leaves).
-fn all_leaves(schema: &Schema) -> Vec<Found> {
+/// Every column of `schema` as a batch has them (structs as their leaves, or whole).
+fn all_leaves(schema: &Schema, structs: crate::Structs) -> Vec<Found> {
     let mut all = Vec::new();
     for (i, f) in schema.fields().iter().enumerate() {
-        leaves(i, Vec::new(), f.name().clone(), f, &mut all);
+        leaves(i, Vec::new(), f.name().clone(), f, structs, &mut all);
     }
     all
 }
 
 /// The columns a source reads from a file's schema: their places in it, names and kinds.
-/// A struct column is read as its leaves, each a column named by its path (`meta.a`); a
-/// leaf is selected by its path, a struct by its name (all of its leaves).
+/// A struct column is read as its leaves, each a column named by its path (`meta.a`), or
+/// whole under [`crate::Structs::Record`]; a leaf is selected by its path, a struct by its
+/// name (all of its leaves, or the record).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Projected {
     /// Per column, the place in the schema of the top-level column it is, or lies in.
@@ -469,19 +478,20 @@ pub(crate) struct Projected {
 
 impl Projected {
     /// `columns` (in that order; every column when `None`) of `schema`, the schema of
-    /// `origin`.
+    /// `origin`, its structs read as `structs` says.
     pub(crate) fn of(
         schema: &Schema,
         columns: Option<&[String]>,
+        structs: crate::Structs,
         origin: &str,
     ) -> Result<Projected, Error> {
         let found = match columns {
-            None => all_leaves(schema),
+            None => all_leaves(schema, structs),
             Some(cols) => {
                 let mut found = Vec::new();
                 for c in cols {
                     let Some((i, path, field)) = resolve(schema, c) else {
-                        let all = all_leaves(schema);
+                        let all = all_leaves(schema, crate::Structs::Flatten);
                         let have: Vec<&str> = all.iter().map(|(.., n, _)| n.as_str()).collect();
                         return Err(ConfigError::new(
                             "columns",
@@ -489,7 +499,7 @@ impl Projected {
                         )
                         .into());
                     };
-                    leaves(i, path, c.clone(), &field, &mut found);
+                    leaves(i, path, c.clone(), &field, structs, &mut found);
                 }
                 found
             }

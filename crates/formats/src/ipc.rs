@@ -48,6 +48,8 @@ pub struct ArrowOptions {
     pub nulls: crate::Nulls,
     /// What null slots are filled with (see [`Fill`](crate::Fill)).
     pub fill_null: crate::Fill,
+    /// How struct columns are read: a column per leaf (the default) or whole.
+    pub structs: crate::Structs,
 }
 
 /// Default rows per shard.
@@ -140,7 +142,12 @@ impl ArrowSource {
                     ))
                 })?;
             let (schema, dictionaries, these_parts) = scanned;
-            let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
+            let these = columnar::Projected::of(
+                &schema,
+                options.columns.as_deref(),
+                options.structs,
+                &origin,
+            )?;
             let projection = these.roots();
             let holes = nulls_in(&schema, &these, &dictionaries, &these_parts, &data);
             columnar::add_nulls(&mut nulls, holes);
@@ -172,7 +179,8 @@ impl ArrowSource {
         origin: &str,
         options: ArrowOptions,
     ) -> Result<Self, Error> {
-        let projected = columnar::Projected::of(&schema, options.columns.as_deref(), origin)?;
+        let projected =
+            columnar::Projected::of(&schema, options.columns.as_deref(), options.structs, origin)?;
         let roots = projected.roots();
         // Each batch's columns, picked out of their top-level columns.
         let picked = batches
@@ -272,7 +280,8 @@ impl ArrowSource {
         origin: &str,
         options: ArrowOptions,
     ) -> Result<Self, Error> {
-        let projected = columnar::Projected::of(&schema, options.columns.as_deref(), origin)?;
+        let projected =
+            columnar::Projected::of(&schema, options.columns.as_deref(), options.structs, origin)?;
         let nulls = projected
             .names
             .iter()

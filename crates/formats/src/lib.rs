@@ -86,7 +86,7 @@ pub use chute_core::npy::{NpyHeader, npy_descr, read_npy, write_npy};
 pub use format::{Format, format_of, is_megatron_bin};
 pub use indexed::IndexMode;
 pub use megatron::{MegatronIndex, MegatronWriter};
-pub use nulls::{Fill, Nulls};
+pub use nulls::{Fill, Nulls, Structs};
 pub use stack::{Stack, parse_stack};
 pub use tfrecord::{TfRecordOptions, TfRecordSource};
 pub use tokens::{TOKENS_FIELD, TokenOptions, TokenSource, TokenWriter};

@@ -1,5 +1,5 @@
-//! What a columnar source (Parquet, Arrow IPC, Hugging Face tables) does with nulls: the
-//! options; the work is `arrow_types`' and `columnar`'s.
+//! What a columnar source (Parquet, Arrow IPC, JSON Lines, Hugging Face tables) does with
+//! nulls and structs: the options; the work is `arrow_types`' and `columnar`'s.
 
 /// What a column's nulls are filled with: `number` for numeric columns (NaN for floats and
 /// 0 for integers when `None`; a float fill given to an integer column is truncated).
@@ -38,6 +38,31 @@ impl Nulls {
             other => Err(format!(
                 "{other:?}; pass \"mask\" (fill them, with a <name>_valid column) or \
                  \"raise\""
+            )),
+        }
+    }
+}
+
+/// How a columnar source reads a struct column.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Structs {
+    /// One column per leaf, named by its path (`meta.a`, `meta.b.c`) (the default).
+    #[default]
+    Flatten,
+    /// The whole record, one nested value a row (a dict in Python). A leaf named by its path
+    /// in `columns` is still read alone.
+    Record,
+}
+
+impl Structs {
+    /// `"flatten"` or `"record"`.
+    pub fn parse(s: &str) -> Result<Structs, String> {
+        match s {
+            "flatten" => Ok(Structs::Flatten),
+            "record" => Ok(Structs::Record),
+            other => Err(format!(
+                "{other:?}; pass \"flatten\" (a column per leaf, named meta.a) or \"record\" \
+                 (the whole struct, a dict a row)"
             )),
         }
     }

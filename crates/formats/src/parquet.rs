@@ -74,6 +74,8 @@ pub struct ParquetOptions {
     pub nulls: crate::Nulls,
     /// What null slots are filled with (see [`Fill`](crate::Fill)).
     pub fill_null: crate::Fill,
+    /// How struct columns are read: a column per leaf (the default) or whole.
+    pub structs: crate::Structs,
 }
 
 /// Default rows per shard.
@@ -295,7 +297,12 @@ impl ParquetSource {
             let meta =
                 pages::metadata(&data).map_err(|reason| Error::corrupt(&origin, 0, reason))?;
             let schema = meta.schema().clone();
-            let these = columnar::Projected::of(&schema, options.columns.as_deref(), &origin)?;
+            let these = columnar::Projected::of(
+                &schema,
+                options.columns.as_deref(),
+                options.structs,
+                &origin,
+            )?;
             let indices = these.places.clone();
             let paths = these.paths.clone();
             match &first {
