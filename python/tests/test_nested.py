@@ -274,3 +274,21 @@ def test_bad_json_lines_name_the_file_and_line(tmp_path):
     path.write_text('{"a": 1}\n\n{"a": "two"}\n')
     with pytest.raises(chute.CorruptDataError, match=r'line 3: field "a" is a string, but it is a number on line 1'):
         chute.dataset(path)
+
+
+def test_webdataset_json_members_decode_as_the_webdataset_package_gives_them(tmp_path):
+    wds = pytest.importorskip("webdataset")
+    import json
+
+    metas = [{"caption": f"c{k}", "size": [k, k + 1], "extra": None, "ok": k % 2 == 0}
+             for k in range(12)]
+    path = tmp_path / "shard-000000.tar"
+    with wds.TarWriter(str(path)) as w:
+        for k, m in enumerate(metas):
+            # Written as text, key order as given: what a captioning pipeline writes.
+            w.write({"__key__": f"s{k:03d}", "json": json.dumps(m).encode(), "cls": str(k)})
+    want = [s["json"] for s in wds.WebDataset(str(path), shardshuffle=False).decode()]
+    got = all_rows(chute.Loader(chute.webdataset(path), batch_size=5,
+                                transforms={"json": [{"op": "json"}]}))
+    assert got["json"] == want
+    assert [list(d) for d in got["json"]] == [list(m) for m in metas]  # keys in order

@@ -144,6 +144,79 @@ impl Value {
     }
 }
 
+impl Value {
+    /// JSON text as a value: objects as records (keys in the text's order, as Python's
+    /// `json.loads` keeps them), arrays as lists, integers as `Int` (`UInt` past `i64`),
+    /// other numbers as `Float`, strings as `Text`; nesting at most 128 deep (serde_json's
+    /// own limit).
+    pub fn from_json(text: &[u8]) -> Result<Value, String> {
+        use serde::de::DeserializeSeed;
+        let mut de = serde_json::Deserializer::from_slice(text);
+        let v = JsonValue
+            .deserialize(&mut de)
+            .and_then(|v| de.end().map(|()| v))
+            .map_err(|e| e.to_string())?;
+        Ok(v)
+    }
+}
+
+/// A JSON value read straight into a [`Value`] (no intermediate tree; keys kept in order).
+struct JsonValue;
+
+impl<'de> serde::de::DeserializeSeed<'de> for JsonValue {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JsonValue {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::Int(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(i64::try_from(v).map_or(Value::UInt(v), Value::Int))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::Float(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::Text(Bytes::copy_from_slice(v.as_bytes())))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(v) = seq.next_element_seed(JsonValue)? {
+            items.push(v);
+        }
+        Ok(Value::List(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let (mut keys, mut values): (Vec<Arc<str>>, Vec<Value>) = (Vec::new(), Vec::new());
+        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let v = map.next_value_seed(JsonValue)?;
+            // A repeated key keeps its last value, as `json.loads` does.
+            match keys.iter().position(|x| **x == *k) {
+                Some(i) => values[i] = v,
+                None => {
+                    keys.push(Arc::from(k.as_ref()));
+                    values.push(v);
+                }
+            }
+        }
+        Ok(Value::Record(Arc::from(keys), values))
+    }
+}
+
 /// Nested values a source keeps in its own form (rows of Arrow arrays), one a row of a batch
 /// ([`crate::Column::Nested`]): read as [`Value`]s where a consumer needs them (digests), or
 /// converted straight from that form by one that knows it (the Python package builds its
@@ -198,6 +271,33 @@ mod tests {
         assert_eq!(outer.at(&["m", "x"]), None);
         assert_eq!(outer.describe(), "a record {m}");
         assert_eq!(outer.nbytes(), 6);
+    }
+
+    #[test]
+    fn json_reads_in_order_with_every_kind() {
+        let v =
+            Value::from_json(br#"{"z": 1, "a": [true, null, 2.5, "s"], "m": {"k": -3}, "z": 4}"#)
+                .unwrap();
+        let Value::Record(keys, values) = &v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(
+            keys.iter().map(|k| &**k).collect::<Vec<_>>(),
+            ["z", "a", "m"]
+        );
+        assert_eq!(values[0], Value::Int(4));
+        assert_eq!(
+            values[1],
+            Value::List(vec![
+                Value::Bool(true),
+                Value::Null,
+                Value::Float(2.5),
+                Value::Text(Bytes::from_static(b"s"))
+            ])
+        );
+        assert_eq!(v.at(&["m", "k"]), Some(&Value::Int(-3)));
+        assert!(Value::from_json(b"{\"a\": }").is_err());
+        assert!(Value::from_json(b"[1] x").is_err());
     }
 
     #[test]

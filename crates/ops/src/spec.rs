@@ -35,7 +35,7 @@
 //! | `label` | bytes holding an integer (`cls`, `txt`) | `int64` scalar |
 //! | `npy` | `.npy` bytes | the array |
 //! | `text` | UTF-8 bytes | text |
-//! | `json` | JSON bytes: a number, a list of numbers or a string | scalar, 1-D array or text |
+//! | `json` | JSON bytes | a number a scalar, a list of numbers a 1-D array, a string text; anything else (an object, null, other lists) a nested value ([`chute_core::Value`]: a dict or list in Python, as `json.loads` gives it) |
 //! | `tokenize` (`tokenizer`: a `tokenizer.json`; `add_special_tokens` = true; `bos`, `eos`: an id or a token; `max_length`; `prompt`, `labels`: see [`Op::Tokenize`]) | UTF-8 text or bytes | `int64 [n]` token ids, as Hugging Face's `tokenizers` gives them (feature `tokenizers`); with `prompt`, the prompt's ids then this field's, and `labels` with the prompt's as -100 |
 //!
 //! Output sizes are at most 65,535 a side and 178,956,970 pixels (PIL's bomb limit): a spec
@@ -1262,5 +1262,40 @@ pub(crate) mod tests {
         };
         assert_eq!((n.dtype, &n.data[..]), (DType::I16, &[1u8, 0, 2, 0][..]));
         assert!(matches!(s.get("t"), Some(Field::Text(_))));
+        // An object (a WebDataset `.json` member's metadata) is a nested value, as
+        // `json.loads` gives it; bad JSON is an error.
+        let mut s = Sample::new(0)
+            .with(
+                "a",
+                Field::Bytes(Bytes::from_static(br#"{"w": 3, "tags": ["x"]}"#)),
+            )
+            .with("b", Field::Bytes(Bytes::from_static(b"[1, \"two\"]")))
+            .with("n", Field::Bytes(npy_bytes()))
+            .with("t", Field::Bytes(Bytes::from_static(b"t")));
+        p.apply(&mut s, &mut SampleRng::for_sample(0, 0, 0))
+            .unwrap();
+        let Some(Field::Value(v)) = s.get("a") else {
+            panic!("{:?}", s.get("a"))
+        };
+        assert_eq!(v.get("w"), Some(&chute_core::Value::Int(3)));
+        assert!(
+            matches!(s.get("b"), Some(Field::Value(chute_core::Value::List(l))) if l.len() == 2)
+        );
+        let mut bad = Sample::new(0)
+            .with("a", Field::Bytes(Bytes::from_static(b"{oops")))
+            .with("b", Field::Bytes(Bytes::from_static(b"1")))
+            .with("n", Field::Bytes(npy_bytes()))
+            .with("t", Field::Bytes(Bytes::from_static(b"t")));
+        let e = p
+            .apply(&mut bad, &mut SampleRng::for_sample(0, 0, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not JSON"), "{e}");
+    }
+
+    fn npy_bytes() -> Bytes {
+        chute_core::npy::write_npy(DType::I16, &[2], &[1, 0, 2, 0])
+            .unwrap()
+            .into()
     }
 }

@@ -28,6 +28,8 @@ pub(super) enum Value {
     },
     Array(Array),
     Text(Bytes),
+    /// A nested value (`json` of an object, or of a list that is not all numbers).
+    Nested(chute_core::Value),
     /// The value is in the batch slot (a step wrote it there).
     InSlot,
 }
@@ -381,6 +383,7 @@ impl Step {
             Value::Image(img) => format!("a decoded image ({} x {})", img.height, img.width),
             Value::Float { h, w, c, .. } => format!("a float32 image [{h}, {w}, {c}]"),
             Value::Array(a) => format!("a {} array of shape {:?}", a.dtype, a.shape),
+            Value::Nested(v) => format!("a nested value ({})", v.describe()),
             Value::InSlot => "a value already written to the batch".to_string(),
         };
         let takes = if self.takes_bytes() {
@@ -688,6 +691,7 @@ pub(super) fn into_field(value: Value) -> Field {
     match value {
         Value::Bytes(b) => Field::Bytes(b),
         Value::Text(b) => Field::Text(b),
+        Value::Nested(v) => Field::Value(v),
         Value::Array(a) => Field::Array(a),
         Value::Image(img) => Field::Array(image_array(img)),
         Value::Float { h, w, c, data } => Field::Array(float_array(vec![h, w, c], &data)),
@@ -858,15 +862,22 @@ fn json_value(b: &[u8]) -> Result<Value, OpError> {
             Bytes::copy_from_slice(&[u8::from(*x)]),
         ))),
         J::String(s) => Ok(Value::Text(Bytes::copy_from_slice(s.as_bytes()))),
-        J::Array(items) => numbers(items).ok_or_else(|| {
-            bad("a JSON list that is not all numbers; a batch column needs numbers".into())
-        }),
-        _ => Err(bad(
-            "a JSON object or null; json gives numbers, lists of numbers or strings (keep the \
-             field as bytes and parse it in a transform of your own)"
-                .into(),
-        )),
+        // Objects, null and other lists: a nested value (a dict or list in Python, as
+        // `json.loads` gives them).
+        J::Array(items) => match numbers(items) {
+            Some(v) => Ok(v),
+            None => nested(b),
+        },
+        _ => nested(b),
     }
+}
+
+fn nested(b: &[u8]) -> Result<Value, OpError> {
+    chute_core::Value::from_json(b)
+        .map(Value::Nested)
+        .map_err(|reason| OpError::BadJson {
+            reason: format!("not JSON: {reason}"),
+        })
 }
 
 #[cfg(test)]
