@@ -292,3 +292,26 @@ def test_webdataset_json_members_decode_as_the_webdataset_package_gives_them(tmp
                                 transforms={"json": [{"op": "json"}]}))
     assert got["json"] == want
     assert [list(d) for d in got["json"]] == [list(m) for m in metas]  # keys in order
+
+
+def test_gzip_compressed_webdataset_shards_read_as_the_webdataset_package_reads_them(tmp_path):
+    wds = pytest.importorskip("webdataset")
+    paths = []
+    for s in range(2):
+        path = tmp_path / f"shard-{s:06d}.tgz"  # TarWriter compresses by the name
+        with wds.TarWriter(str(path)) as w:
+            for k in range(s * 7, s * 7 + 7):
+                w.write({"__key__": f"k{k:03d}", "txt": f"text {k}", "cls": k % 3})
+        paths.append(str(path))
+    want = list(wds.WebDataset(paths, shardshuffle=False).decode())
+    src = chute.dataset(paths)
+    assert src.format == "webdataset" and len(src) == 14
+    got = all_rows(chute.Loader(src, batch_size=4, shuffle="block", seed=1,
+                                transforms={"cls": [{"op": "label"}], "txt": [{"op": "text"}]}))
+    by_key = dict(zip(got["__key__"], zip(got["txt"], got["cls"])))
+    assert sorted(by_key) == sorted(w["__key__"] for w in want)
+    for w in want:
+        assert by_key[w["__key__"]] == (w["txt"], w["cls"])
+    # A global shuffle fits here (the shards are small), and reads the same samples.
+    got = all_rows(chute.Loader(src, batch_size=4, shuffle=True, seed=1))
+    assert sorted(got["__key__"]) == sorted(by_key)

@@ -36,6 +36,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use chute_core::{ConfigError, Corruption, DType, Error, Manifest, Source};
 use chute_formats::example::ExampleOptions;
+use chute_formats::webdataset::{CompressedTarSource, is_compressed_tar};
 use chute_formats::{
     Format, TfRecordOptions, TfRecordSource, TokenOptions, TokenSource, WebDatasetOptions,
     WebDatasetSource, expand_braces, format_of, is_megatron_bin, open_whole,
@@ -347,7 +348,11 @@ impl Dataset {
                     index: options.index,
                     ..Default::default()
                 };
-                Arc::new(WebDatasetSource::open(files, opts)?)
+                if files.iter().any(|f| is_compressed_tar(f)) {
+                    Arc::new(CompressedTarSource::open(files, opts)?)
+                } else {
+                    Arc::new(WebDatasetSource::open(files, opts)?)
+                }
             }
             Format::TfRecord => {
                 let example = (!options.raw).then(|| ExampleOptions {
@@ -974,7 +979,14 @@ mod tests {
             Format::from_path(Path::new("a.tfrecord.gz")),
             Some(Format::TfRecord)
         );
-        assert_eq!(Format::from_path(Path::new("a.tar.gz")), None);
+        assert_eq!(
+            Format::from_path(Path::new("a.tar.gz")),
+            Some(Format::WebDataset)
+        );
+        assert_eq!(
+            Format::from_path(Path::new("s3://b/a.tgz")),
+            Some(Format::WebDataset)
+        );
         for name in ["a.jsonl.gz", "a.ndjson.zst", "s3://b/a.jsonl?x=1"] {
             assert_eq!(
                 Format::from_path(Path::new(name)),

@@ -88,6 +88,9 @@ impl Format {
             return Some(Format::TfRecord);
         }
         let ext = base.rsplit_once('.')?.1;
+        if name.ends_with(".tgz") || (gz.is_some() && ext == "tar") {
+            return Some(Format::WebDataset);
+        }
         Format::ALL
             .into_iter()
             .filter(|f| match (gz, zst) {

@@ -80,6 +80,7 @@
 
 // One module per concept (names, index, group, source, writer); everything public is
 // re-exported here, so paths stay `chute_formats::webdataset::X`.
+mod compressed;
 mod group;
 mod index;
 mod names;
@@ -90,6 +91,7 @@ mod writer;
 
 pub use crate::braces::{MAX_EXPANSIONS, expand_braces, expand_braces_at_most};
 pub use crate::indexed::{INDEX_SUFFIX, index_path};
+pub use compressed::{CompressedTarSource, is_compressed_tar};
 pub use group::SampleSpan;
 pub use group::{Samples, read_sample, read_span};
 pub use index::{INDEX_HEADER, ShardIndex};
