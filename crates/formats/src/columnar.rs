@@ -250,8 +250,8 @@ pub(crate) struct At {
 pub(crate) struct Table {
     pub(crate) names: Vec<String>,
     pub(crate) kinds: Vec<Kind>,
-    /// Per column, the top-level column it lies in and the path to it ([`Projected`]'s).
-    pub(crate) places: Vec<usize>,
+    /// The top-level columns the columns lie in, and the path to each ([`Projected`]'s).
+    pub(crate) roots: Roots,
     pub(crate) paths: Vec<Vec<String>>,
     /// Per nested column, how its values are read.
     pub(crate) shapes: Vec<Option<Arc<Shape>>>,
@@ -273,7 +273,7 @@ impl Table {
         let Projected {
             names,
             kinds,
-            places,
+            roots,
             paths,
             types,
             ..
@@ -287,7 +287,7 @@ impl Table {
         Ok(Table {
             names,
             kinds,
-            places,
+            roots,
             paths,
             shapes,
             layout,
@@ -297,12 +297,12 @@ impl Table {
 
     /// The distinct top-level columns the columns lie in (see [`Projected::roots`]).
     pub(crate) fn roots(&self) -> Vec<usize> {
-        roots(&self.places)
+        self.roots.list.clone()
     }
 
     /// Column `c` from the top-level columns of [`Table::roots`] (see [`Projected::pick`]).
     pub(crate) fn pick(&self, roots: &[ArrayRef], c: usize) -> Result<ArrayRef, String> {
-        pick(&self.places, &self.paths, roots, c)
+        pick(&self.roots, &self.paths, roots, c)
     }
 
     /// The fill for column `c`'s nulls, where it is masked.
@@ -474,6 +474,8 @@ pub(crate) struct Projected {
     pub(crate) units: Vec<Option<String>>,
     /// Per column, its Arrow type (what a nested column's values are read by).
     pub(crate) types: Vec<DataType>,
+    /// The top-level columns `places` holds, and each column's place among them.
+    pub(crate) roots: Roots,
 }
 
 impl Projected {
@@ -511,6 +513,7 @@ impl Projected {
             kinds: Vec::with_capacity(found.len()),
             units: Vec::with_capacity(found.len()),
             types: Vec::with_capacity(found.len()),
+            roots: Roots::default(),
         };
         for (place, path, name, field) in found {
             let kind = kind_of(&field.clone().with_name(name.clone()), origin)?;
@@ -525,20 +528,21 @@ impl Projected {
             projected.kinds.push(kind);
             projected.types.push(dt.clone());
         }
+        projected.roots = Roots::of(&projected.places);
         Ok(projected)
     }
 
     /// The distinct top-level columns the columns lie in, in order of first use: what a
     /// reader of whole top-level columns projects.
     pub(crate) fn roots(&self) -> Vec<usize> {
-        roots(&self.places)
+        self.roots.list.clone()
     }
 
     /// Column `c` from the top-level columns `roots` (those of [`Projected::roots`], in that
     /// order): the top-level column, or the field its path names, null wherever a struct
     /// above it is.
     pub(crate) fn pick(&self, roots: &[ArrayRef], c: usize) -> Result<ArrayRef, String> {
-        pick(&self.places, &self.paths, roots, c)
+        pick(&self.roots, &self.paths, roots, c)
     }
 
     /// Refuses `other` (the columns of `origin`) unless they are these (those of `first`):
@@ -575,31 +579,42 @@ impl Projected {
     }
 }
 
-/// The distinct `places`, in order of first use.
-fn roots(places: &[usize]) -> Vec<usize> {
-    let mut roots = Vec::new();
-    for &p in places {
-        if !roots.contains(&p) {
-            roots.push(p);
-        }
-    }
-    roots
+/// The distinct top-level columns the columns lie in, in order of first use, and each
+/// column's place among them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Roots {
+    list: Vec<usize>,
+    slot: Vec<usize>,
 }
 
-/// Column `c` (at `places[c]`, `paths[c]`) from `roots`, the top-level columns of
-/// [`roots`]`(places)`.
+impl Roots {
+    /// The roots of columns at `places` (top-level places in a schema).
+    fn of(places: &[usize]) -> Roots {
+        let mut at = std::collections::HashMap::new();
+        let mut list = Vec::new();
+        let slot = places
+            .iter()
+            .map(|&p| {
+                *at.entry(p).or_insert_with(|| {
+                    list.push(p);
+                    list.len() - 1
+                })
+            })
+            .collect();
+        Roots { list, slot }
+    }
+}
+
+/// Column `c` (at `paths[c]` under its root) from `roots_read`, the top-level columns of
+/// `roots`' list.
 fn pick(
-    places: &[usize],
+    roots: &Roots,
     paths: &[Vec<String>],
     roots_read: &[ArrayRef],
     c: usize,
 ) -> Result<ArrayRef, String> {
-    let at = roots(places)
-        .iter()
-        .position(|&r| r == places[c])
-        .ok_or("a column's top-level column was not read")?;
     let col = roots_read
-        .get(at)
+        .get(roots.slot[c])
         .ok_or("a top-level column is missing")?
         .clone();
     descend(col, &paths[c])

@@ -1087,7 +1087,7 @@ fn weigh(origin: &str, claimed: u64) -> Result<(), Error> {
 }
 
 /// This machine's physical memory in bytes (unbounded where it cannot be told).
-fn physical_memory() -> u64 {
+pub(crate) fn physical_memory() -> u64 {
     static MEMORY: OnceLock<u64> = OnceLock::new();
     *MEMORY.get_or_init(|| {
         std::fs::read_to_string("/proc/meminfo")

@@ -49,13 +49,22 @@ pub fn from_bytes(
     }
     let (schema, seen) = infer(&files)?;
     let schema = Arc::new(schema);
+    let width: u64 = schema
+        .fields()
+        .iter()
+        .map(|f| fields_in(f.data_type()))
+        .sum();
+    let max_rows = (PIECE_DECODED / (width.max(1) * 8)).max(1);
     let mut pieces = Vec::new();
+    let mut decoded = 0u64;
     for (origin, data) in &files {
         let origin: Arc<str> = Arc::from(origin.as_str());
-        for (range, line) in cut(data) {
+        for (range, line, rows) in cut(data, max_rows) {
             let offset = range.start as u64;
             let data = data.slice(range);
-            let rows = lines(&data, line).count() as u64;
+            decoded = decoded
+                .saturating_add(rows.saturating_mul(width.max(1) * 8))
+                .saturating_add(data.len() as u64);
             pieces.push(Piece {
                 origin: origin.clone(),
                 data,
@@ -70,6 +79,21 @@ pub fn from_bytes(
         1 => files[0].0.clone(),
         n => format!("{} and {} more JSON Lines files", files[0].0, n - 1),
     };
+    // Every record stays decoded once read: refuse what would not fit in this machine.
+    let memory = crate::ipc::physical_memory();
+    if decoded > memory {
+        return Err(Error::corrupt_as(
+            chute_core::Corruption::TooLarge,
+            &origin,
+            0,
+            format!(
+                "its {} records of {width} fields would decode to about {decoded} bytes, more \
+                 than this machine's {memory} bytes of memory; convert it to Parquet (chute \
+                 convert) or split it",
+                seen.rows
+            ),
+        ));
+    }
     // A field holds nulls where some line gives it no value.
     let holds_nulls = |name: &str| seen.present.get(name).copied().unwrap_or(0) < seen.rows;
     ArrowSource::from_json(schema, pieces, holds_nulls, &origin, options)
@@ -92,7 +116,7 @@ pub(crate) struct Piece {
 impl Piece {
     /// The piece's records as a record batch of its schema; an error names the line.
     pub(crate) fn decode(&self) -> Result<RecordBatch, Error> {
-        piece(&self.origin, &self.data, self.line, &self.schema)
+        piece(&self.origin, &self.data, self.line, self.rows, &self.schema)
     }
 }
 
@@ -281,6 +305,8 @@ impl Ty {
 #[derive(Default)]
 struct Node {
     ty: Ty,
+    /// An object's field places by name, once it has more than [`FEW_FIELDS`].
+    index: std::collections::HashMap<String, usize>,
     line: usize,
     file: String,
     present: u64,
@@ -365,6 +391,9 @@ impl FieldPath<'_> {
         }
     }
 }
+
+/// Fields of an object searched one by one; past this many, through a map.
+const FEW_FIELDS: usize = 16;
 
 /// The line being read, for messages; a conflict found is left in `conflict`.
 struct At<'a> {
@@ -489,8 +518,19 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_, '_> {
         let Ty::Object(fields) = &mut node.ty else {
             unreachable!("joined as an object")
         };
+        let index = &mut node.index;
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            let i = match fields.iter().position(|(k, _)| *k == key) {
+            // A few fields are searched in order; many (a hostile line of a million keys)
+            // through a map, so a line costs time in proportion to its length.
+            let found = if fields.len() <= FEW_FIELDS {
+                fields.iter().position(|(k, _)| *k == key)
+            } else {
+                for (i, (k, _)) in fields.iter().enumerate().skip(index.len()) {
+                    index.insert(k.clone(), i);
+                }
+                index.get(key.as_ref()).copied()
+            };
+            let i = match found {
                 Some(i) => i,
                 None => {
                     fields.push((key.into_owned(), Node::default()));
@@ -521,22 +561,43 @@ fn kind_of(v: &serde_json::Value) -> &'static str {
     }
 }
 
-/// `data` cut at line ends into pieces of about [`PIECE_BYTES`]: each piece's byte range and
-/// the number of its first line.
-fn cut(data: &[u8]) -> Vec<(std::ops::Range<usize>, usize)> {
+/// `data` cut at line ends into pieces of about [`PIECE_BYTES`], and of at most `max_rows`
+/// records: each piece's byte range, the number of its first line and its records.
+fn cut(data: &[u8], max_rows: u64) -> Vec<(std::ops::Range<usize>, usize, u64)> {
     let mut pieces = Vec::new();
-    let (mut start, mut line) = (0usize, 1usize);
-    while start < data.len() {
-        let want = (start + PIECE_BYTES).min(data.len());
-        let end = match data[want..].iter().position(|&b| b == b'\n') {
-            Some(i) => want + i + 1,
-            None => data.len(),
-        };
-        pieces.push((start..end, line));
-        line += data[start..end].iter().filter(|&&b| b == b'\n').count();
-        start = end;
+    let (mut start, mut line, mut rows) = (0usize, 1usize, 0u64);
+    let (mut at, mut next_line) = (0usize, 1usize);
+    while at < data.len() {
+        let end = data[at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(data.len(), |i| at + i + 1);
+        if !data[at..end].iter().all(u8::is_ascii_whitespace) {
+            rows += 1;
+        }
+        at = end;
+        next_line += 1;
+        if at - start >= PIECE_BYTES || rows >= max_rows || at == data.len() {
+            pieces.push((start..at, line, rows));
+            (start, line, rows) = (at, next_line, 0);
+        }
     }
     pieces
+}
+
+/// Bytes one piece's record batch may take decoded, roughly (its records times the schema's
+/// fields, 8 bytes each): pieces of a wide schema hold fewer records.
+const PIECE_DECODED: u64 = 64 << 20;
+
+/// Fields in `dt`, itself included: what a record of it costs to decode, roughly, in
+/// columns.
+fn fields_in(dt: &arrow_schema::DataType) -> u64 {
+    use arrow_schema::DataType;
+    1 + match dt {
+        DataType::Struct(fields) => fields.iter().map(|f| fields_in(f.data_type())).sum(),
+        DataType::List(f) => fields_in(f.data_type()),
+        _ => 0,
+    }
 }
 
 /// The lines `data` of `origin` (the first is line `first`) as one record batch of `schema`;
@@ -545,11 +606,12 @@ fn piece(
     origin: &str,
     data: &[u8],
     first: usize,
+    rows: u64,
     schema: &SchemaRef,
 ) -> Result<RecordBatch, Error> {
     let all = || -> Result<RecordBatch, arrow_schema::ArrowError> {
         let mut decoder = arrow_json::ReaderBuilder::new(schema.clone())
-            .with_batch_size(data.len().max(1))
+            .with_batch_size(rows.max(1) as usize)
             .build_decoder()?;
         let mut at = 0;
         while at < data.len() {
@@ -681,11 +743,40 @@ mod tests {
     }
 
     #[test]
+    fn a_line_of_many_keys_costs_its_length() {
+        let mut line = String::from("{");
+        for k in 0..50_000 {
+            line.push_str(&format!("\"k{k}\": {k},"));
+        }
+        line.push_str("\"end\": 0}\n");
+        // Field by field in order, this line would take minutes (a search a key).
+        let (schema, seen) = infer(&[("wide.jsonl".into(), Bytes::from(line.clone()))]).unwrap();
+        assert_eq!(schema.fields().len(), 50_001);
+        assert_eq!(seen.rows, 1);
+        // Decoded in pieces of few records, so a wide schema allocates little per piece.
+        let many = line.repeat(50);
+        let s = from_bytes(
+            vec![("wide.jsonl".into(), Bytes::from(many))],
+            ArrowOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(s.manifest().total_samples(), 50);
+        let Some(chute_core::Field::Array(a)) = s.read(49).unwrap().get("k7").cloned() else {
+            panic!()
+        };
+        assert_eq!(a.data[..], 7i64.to_le_bytes());
+    }
+
+    #[test]
     fn pieces_cut_at_line_ends_keep_line_numbers() {
         let data: String = (0..400_000).map(|i| format!("{{\"i\": {i}}}\n")).collect();
-        let pieces = cut(data.as_bytes());
+        let pieces = cut(data.as_bytes(), u64::MAX);
         assert!(pieces.len() > 1);
-        for (r, line) in &pieces {
+        assert_eq!(pieces.iter().map(|p| p.2).sum::<u64>(), 400_000);
+        let few = cut(data.as_bytes(), 1000);
+        assert_eq!(few.len(), 400);
+        assert!(few.iter().all(|p| p.2 == 1000));
+        for (r, line, _) in &pieces {
             assert!(r.start == 0 || data.as_bytes()[r.start - 1] == b'\n');
             let first: String = data[r.clone()].lines().next().unwrap().into();
             assert_eq!(first, format!("{{\"i\": {}}}", line - 1));
