@@ -92,8 +92,9 @@ def dataset(
 
     JSON Lines (``.jsonl``, ``.ndjson``, also ``.gz`` or ``.zst``; a ``.json`` file of JSON
     Lines or of one array of records with ``format="json"``) are records: the schema is
-    inferred over every line as ``datasets``' JSON loader infers it, the lines decoded into
-    Arrow on every core when opened, and the columns are those of an Arrow file of the same
+    inferred over every line as ``datasets``' JSON loader infers it when opened, the lines
+    decoded into Arrow by the loader's workers when first read, and the columns are those of
+    an Arrow file of the same
     records (structs by path, nested values as lists and dicts, nulls masked). A line that is
     not JSON, or a value of another type than its field's, is a ``CorruptDataError`` naming
     the file and the line.
