@@ -238,29 +238,38 @@ fn list<O: OffsetSizeTrait>(col: &ArrayRef, fill: Fill) -> Result<ArrayRef, Stri
 /// A list view (offsets and sizes per row, in any order) as a list of the same rows.
 fn view_to_list<O: OffsetSizeTrait>(col: &ArrayRef) -> Result<ArrayRef, String> {
     let a = col.as_list_view::<O>();
-    let (mut offsets, mut take) = (vec![O::usize_as(0)], Vec::new());
-    for i in 0..a.len() {
-        if a.is_valid(i) {
-            let at = a.value_offsets()[i].as_usize();
-            take.extend((at..at + a.value_sizes()[i].as_usize()).map(|j| j as u64));
-        }
-        offsets.push(O::usize_as(take.len()));
-    }
-    let values = arrow_select::take::take(
-        a.values().as_ref(),
-        &arrow_array::UInt64Array::from(take),
-        None,
-    )
-    .map_err(|e| e.to_string())?;
     let (DataType::ListView(f) | DataType::LargeListView(f)) = col.data_type() else {
         unreachable!("a list view")
     };
+    let (o, sizes) = (a.value_offsets(), a.value_sizes());
+    let rows = (0..a.len()).map(|i| o[i].as_usize()..o[i].as_usize() + sizes[i].as_usize());
+    gathered_list::<O>(f, a.values(), a.nulls(), rows)
+}
+
+/// A list of `field`s whose row `i` holds `values[rows[i]]` (nothing where `nulls` says the
+/// row is null): the values gathered in row order into one new array.
+fn gathered_list<O: OffsetSizeTrait>(
+    field: &Arc<ArrowField>,
+    values: &ArrayRef,
+    nulls: Option<&NullBuffer>,
+    rows: impl Iterator<Item = std::ops::Range<usize>>,
+) -> Result<ArrayRef, String> {
+    let (mut offsets, mut take) = (vec![O::usize_as(0)], Vec::new());
+    for (i, range) in rows.enumerate() {
+        if nulls.is_none_or(|n| n.is_valid(i)) {
+            take.extend(range.map(|j| j as u64));
+        }
+        offsets.push(O::usize_as(take.len()));
+    }
+    let values =
+        arrow_select::take::take(values.as_ref(), &arrow_array::UInt64Array::from(take), None)
+            .map_err(|e| e.to_string())?;
     Ok(Arc::new(
         GenericListArray::<O>::try_new(
-            f.clone(),
+            field.clone(),
             OffsetBuffer::new(ScalarBuffer::from(offsets)),
             values,
-            a.nulls().cloned(),
+            nulls.cloned(),
         )
         .map_err(|e| e.to_string())?,
     ))
@@ -409,31 +418,11 @@ fn empty_nulls_list<O: OffsetSizeTrait>(col: &ArrayRef) -> Result<ArrayRef, Stri
     if (0..a.len()).all(|i| a.is_valid(i) || o[i] == o[i + 1]) {
         return Ok(col.clone());
     }
-    let (mut offsets, mut take) = (vec![O::usize_as(0)], Vec::new());
-    for i in 0..a.len() {
-        if a.is_valid(i) {
-            take.extend((o[i].as_usize()..o[i + 1].as_usize()).map(|j| j as u64));
-        }
-        offsets.push(O::usize_as(take.len()));
-    }
-    let values = arrow_select::take::take(
-        a.values().as_ref(),
-        &arrow_array::UInt64Array::from(take),
-        None,
-    )
-    .map_err(|e| e.to_string())?;
     let (DataType::List(f) | DataType::LargeList(f)) = col.data_type() else {
         unreachable!("a list")
     };
-    Ok(Arc::new(
-        GenericListArray::<O>::try_new(
-            f.clone(),
-            OffsetBuffer::new(ScalarBuffer::from(offsets)),
-            values,
-            a.nulls().cloned(),
-        )
-        .map_err(|e| e.to_string())?,
-    ))
+    let rows = (0..a.len()).map(|i| o[i].as_usize()..o[i + 1].as_usize());
+    gathered_list::<O>(f, a.values(), a.nulls(), rows)
 }
 
 /// A binary or string column whose null slots are empty: rebuilt where one is not.

@@ -632,22 +632,25 @@ pub(crate) fn descend(mut col: ArrayRef, path: &[String]) -> Result<ArrayRef, St
         };
         let child = s
             .column_by_name(name)
-            .ok_or_else(|| format!("the struct has no field {name:?}"))?
-            .clone();
-        col = if s.null_count() == 0 {
-            child
-        } else {
-            let nulls = NullBuffer::union(s.nulls(), child.nulls());
-            let data = child
-                .to_data()
-                .into_builder()
-                .nulls(nulls)
-                .build()
-                .map_err(|e| format!("struct field {name:?}: {e}"))?;
-            make_array(data)
-        };
+            .ok_or_else(|| format!("the struct has no field {name:?}"))?;
+        col = under(s, child).map_err(|e| format!("struct field {name:?}: {e}"))?;
     }
     Ok(col)
+}
+
+/// `child`, a field of the struct `s`, null wherever `s` is.
+fn under(s: &arrow_array::StructArray, child: &ArrayRef) -> Result<ArrayRef, String> {
+    if s.null_count() == 0 {
+        return Ok(child.clone());
+    }
+    let nulls = NullBuffer::union(s.nulls(), child.nulls());
+    let data = child
+        .to_data()
+        .into_builder()
+        .nulls(nulls)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(make_array(data))
 }
 
 /// `col` as its kind reads it: a struct with a `bytes` child becomes that child, null where
@@ -657,18 +660,7 @@ pub(crate) fn project(col: ArrayRef) -> Result<ArrayRef, String> {
         return Ok(col);
     };
     let s = col.as_struct();
-    let child = s.column(i).clone();
-    if s.null_count() == 0 {
-        return Ok(child);
-    }
-    let nulls = NullBuffer::union(s.nulls(), child.nulls());
-    let data = child
-        .to_data()
-        .into_builder()
-        .nulls(nulls)
-        .build()
-        .map_err(|e| format!("struct column's bytes: {e}"))?;
-    Ok(make_array(data))
+    under(s, s.column(i)).map_err(|e| format!("struct column's bytes: {e}"))
 }
 
 /// The little-endian bytes of a primitive array's values (no copy).
