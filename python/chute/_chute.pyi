@@ -53,7 +53,7 @@ class Source:
     def mixture(self) -> Optional[Dict[str, Any]]: ...
 
 def dataset(
-    paths: Union[_Path, Sequence[_Path]],
+    paths: Union[_Path, Sequence[_Path], Any],
     format: Optional[str] = None,
     *,
     seq_len: Optional[int] = None,
@@ -80,6 +80,15 @@ def dataset(
     tokenizer: Optional[_Path] = None,
     text_field: str = "text",
     add_special_tokens: bool = True,
+    chat: Optional[bool] = None,
+    chat_template: Optional[str] = None,
+    chat_template_name: Optional[str] = None,
+    chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+    train_on: str = "assistant",
+    train_on_eos: bool = True,
+    truncation: str = "keep_start",
+    chat_date: Optional[str] = None,
+    messages_field: str = "messages",
 ) -> Source:
     """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
     its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
@@ -109,7 +118,30 @@ def dataset(
     document is tokenized when the source is opened, on every core without the GIL, with the
     tokenizer's special tokens when ``add_special_tokens`` (as ``Tokenizer.encode``), and
     packed by ``pack`` (``"concat"`` by default; ``eos_id`` appended after each document), so
-    the epoch's row count is known before the first batch."""
+    the epoch's row count is known before the first batch.
+
+    With ``chat=True`` (or a ``chat_template``), ``tokenizer`` is a tokenizer folder as
+    ``save_pretrained`` writes it (``tokenizer.json``, ``tokenizer_config.json`` with the
+    ``chat_template`` and the special tokens, or ``chat_template.jinja``), and the paths (or a
+    ``datasets.Dataset``) hold rows of conversations (``messages_field``, default
+    ``messages``, with ``tools``, ``documents`` and ``chat_template_kwargs`` when a row has
+    them), prompts and completions (``prompt``, ``completion``: strings or messages) or
+    instruction records (``instruction``, ``input``, ``output``). Each row is rendered with the
+    chat template as ``transformers``' ``apply_chat_template`` renders it (``chat_template``:
+    a template's text or a ``.jinja`` file instead; ``chat_template_name`` picks a named one;
+    ``chat_template_kwargs`` adds variables such as ``enable_thinking``; ``chat_date`` pins
+    ``strftime_now``, by default today in UTC), tokenized without adding special tokens, and
+    labelled: ``labels`` holds the id where the loss counts it and -100 elsewhere, the
+    ``{% generation %}`` blocks' tokens where the template has them (exactly
+    ``return_assistant_tokens_mask``), else each assistant reply through its end-of-turn token
+    (``train_on``: ``"assistant"``, ``"last"`` or ``"all"``; ``train_on_eos``; a message's
+    ``train`` flag is honoured). Prompts and completions are masked as TRL's ``SFTTrainer``
+    masks them. A row longer than ``seq_len`` is cut (``truncation``: ``"keep_start"``,
+    ``"keep_end"`` keeping the system prompt, or ``"drop"``); a row with no trained token is
+    left out; the counts are in the source's manifest (``chat_rows``, ``chat_kept``,
+    ``chat_truncated``, ``chat_skipped_*``). Rows are packed by ``pack`` (``"pad"``, one
+    conversation a row, by default; ``best_fit`` and ``document`` give ``position_ids`` that
+    restart at each conversation)."""
 
 def collate_samples(
     samples: List[Any], pad: bool = False, output: Optional[Callable[[Any], Any]] = None

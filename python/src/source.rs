@@ -197,13 +197,26 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// `text_field` (a key, column, member extension or feature); every document is tokenized
 /// when opened, on every core (`add_special_tokens` as the tokenizers package's `encode`),
 /// and packed (`concat` by default, `eos_id` appended after each document).
+///
+/// With `chat=True` (or a `chat_template`), `tokenizer` is a tokenizer folder (as
+/// `save_pretrained` writes it: `tokenizer.json`, `tokenizer_config.json` with the chat
+/// template and special tokens, or `chat_template.jinja`) and the paths (or a Hugging Face
+/// `datasets.Dataset`) hold rows of conversations (`messages`, with `tools`, `documents`,
+/// `chat_template_kwargs`), prompts and completions, or instruction records: each rendered
+/// with the chat template as `transformers`' `apply_chat_template` renders it, tokenized, and
+/// labelled (-100 where the loss does not count: `train_on` = `assistant`, `last` or `all`;
+/// `train_on_eos`), cut to `seq_len` (`truncation` = `keep_start`, `keep_end` or `drop`), and
+/// packed (`pad` by default: one conversation a row). `chat_date` pins `strftime_now`.
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
                     columns=None, chunk_rows=None, stack=None, cache_bytes=None,
                     nulls="mask", fill_null=None, structs="flatten", index="auto", raw=false,
                     verify_checksums=true, pack=None, eos_id=None, pad_id=0, long="split",
                     pack_window=1024, pack_seed=0, pad_to_multiple_of=1, bucket=0,
-                    tokenizer=None, text_field="text", add_special_tokens=true))]
+                    tokenizer=None, text_field="text", add_special_tokens=true, chat=None,
+                    chat_template=None, chat_template_name=None, chat_template_kwargs=None,
+                    train_on="assistant", train_on_eos=true, truncation="keep_start",
+                    chat_date=None, messages_field="messages"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dataset(
     py: Python<'_>,
@@ -233,7 +246,72 @@ pub(crate) fn dataset(
     tokenizer: Option<PathBuf>,
     text_field: &str,
     add_special_tokens: bool,
+    chat: Option<bool>,
+    chat_template: Option<String>,
+    chat_template_name: Option<String>,
+    chat_template_kwargs: Option<&Bound<'_, PyAny>>,
+    train_on: &str,
+    train_on_eos: bool,
+    truncation: &str,
+    chat_date: Option<String>,
+    messages_field: &str,
 ) -> PyResult<Source> {
+    let chat = chat.unwrap_or(chat_template.is_some());
+    let rows = if chat {
+        let Some(path) = tokenizer.clone() else {
+            return Err(errors::from_config(chute::ConfigError::new(
+                "tokenizer",
+                "chat=True needs a tokenizer (a folder as save_pretrained writes it)",
+            )));
+        };
+        let config =
+            |what: &str, why: String| errors::from_config(chute::ConfigError::new(what, why));
+        let kwargs: Vec<(String, serde_json::Value)> = match chat_template_kwargs {
+            None => Vec::new(),
+            Some(d) => {
+                let json = py.import("json")?.call_method1("dumps", (d,))?;
+                let text: String = json.extract()?;
+                match serde_json::from_str::<serde_json::Value>(&text) {
+                    Ok(serde_json::Value::Object(m)) => m.into_iter().collect(),
+                    _ => {
+                        return Err(config(
+                            "chat_template_kwargs",
+                            "a dict of template variables".into(),
+                        ));
+                    }
+                }
+            }
+        };
+        let options = chute::ops::chat::ChatOptions {
+            train_on: train_on.parse().map_err(|e| config("train_on", e))?,
+            train_on_eos,
+            max_length: Some(match seq_len {
+                Some(n) => self::seq_len(n)?,
+                None => chute::dataset::DEFAULT_SEQ_LEN,
+            }),
+            truncation: truncation.parse().map_err(|e| config("truncation", e))?,
+            kwargs,
+            template_name: chat_template_name,
+        };
+        let now = chute::ops::chat::chat_time(chat_date.as_deref())
+            .map_err(|e| config("chat_date", e))?;
+        let loaded = py
+            .detach(|| chute::ops::chat::ChatTokenizer::load(&path, chat_template.as_deref(), now))
+            .map_err(|e| config("tokenizer", e))?;
+        let fields = chute::ops::chat::RowFields {
+            messages: messages_field.to_string(),
+            ..Default::default()
+        };
+        Some(Arc::new(chute::chat::ChatRows::new(
+            Arc::new(loaded),
+            options,
+            fields,
+            0,
+        )) as Arc<dyn chute::core::RowEncoder>)
+    } else {
+        None
+    };
+    let tokenizer = if rows.is_some() { None } else { tokenizer };
     let tokenizer = match tokenizer {
         Some(path) => {
             let options = chute::ops::text::EncodeOptions {
@@ -274,6 +352,7 @@ pub(crate) fn dataset(
         raw,
         verify_checksums,
         tokenizer,
+        rows,
         text_field: Some(text_field.to_string()),
         pack: PackArgs {
             pack,
@@ -287,6 +366,35 @@ pub(crate) fn dataset(
         }
         .options()?,
     };
+    if options.rows.is_some()
+        && !paths.is_instance_of::<PyString>()
+        && !paths.hasattr("__fspath__")?
+        && paths.hasattr("cache_files")?
+    {
+        // A Hugging Face dataset: its Arrow table, read in place.
+        let table = py
+            .import("chute._loader")?
+            .call_method1("_hf_arrow", (paths,))?;
+        let table: PyRef<'_, Source> = table.extract()?;
+        let inner = Arc::clone(&table.inner);
+        let name = table
+            .inner
+            .manifest()
+            .shards
+            .first()
+            .map(|s| s.path.clone())
+            .unwrap_or_default();
+        let source = py
+            .detach(|| chute::dataset::open_rows(&name, inner, &options))
+            .map_err(errors::to_py)?;
+        return Ok(Source {
+            format: "text",
+            inner: source,
+            dataset: None,
+            mixture: None,
+            interrupt: None,
+        });
+    }
     open(py, paths, options)
 }
 

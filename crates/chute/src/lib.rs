@@ -66,6 +66,7 @@ pub use chute_io as io;
 pub use chute_ops as ops;
 pub use chute_pipeline as pipeline;
 
+pub mod chat;
 pub mod doctor;
 pub mod tokenizer;
 

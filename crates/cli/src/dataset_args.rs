@@ -230,6 +230,7 @@ impl DatasetArgs {
                 },
             ),
             tokenizer,
+            rows: None,
             text_field: Some(self.text_field.clone()),
         })
     }

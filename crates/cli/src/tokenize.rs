@@ -73,12 +73,40 @@ pub(crate) struct TokenizeArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+    /// Chat and instruction data: the inputs hold conversations (`messages`, with `tools`),
+    /// prompts and completions, or instruction records; each is rendered with the chat
+    /// template of --tokenizer (a folder as `save_pretrained` writes it), tokenized and
+    /// labelled, and written as Parquet (`input_ids`, `labels` with -100 where the loss does
+    /// not count) to --output.
+    #[arg(long)]
+    chat: bool,
+    /// With --chat: a chat template (its text or a .jinja file) instead of the tokenizer's.
+    #[arg(long)]
+    chat_template: Option<String>,
+    /// With --chat: which tokens count in the loss: assistant, last or all.
+    #[arg(long, default_value = "assistant")]
+    train_on: String,
+    /// With --chat: leave the assistant's end-of-turn token out of the loss.
+    #[arg(long)]
+    no_train_on_eos: bool,
+    /// With --chat: at most this many ids a conversation.
+    #[arg(long)]
+    max_length: Option<usize>,
+    /// With --chat: what a longer conversation becomes: keep_start, keep_end or drop.
+    #[arg(long, default_value = "keep_start")]
+    truncation: String,
+    /// With --chat: the date `strftime_now` gives (YYYY-MM-DD; default today, UTC).
+    #[arg(long)]
+    chat_date: Option<String>,
 }
 
 /// Documents per chunk a worker tokenizes at once.
 const CHUNK: usize = 256;
 
 pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
+    if args.chat {
+        return run_chat(&args);
+    }
     let tokenizer = TextTokenizer::load(&args.tokenizer).map_err(anyhow::Error::msg)?;
     let eod = match (args.append_eod, args.eod_id) {
         (_, Some(id)) => Some(id),
@@ -208,6 +236,79 @@ pub(crate) fn run(args: TokenizeArgs) -> anyhow::Result<()> {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(" and ")
+    );
+    Ok(())
+}
+
+/// `chute tokenize --chat`: rows rendered, tokenized and labelled on every core, written in
+/// order as Parquet.
+fn run_chat(args: &TokenizeArgs) -> anyhow::Result<()> {
+    use chute::ops::chat::{ChatOptions, ChatTokenizer, RowFields, chat_time};
+    let now = chat_time(args.chat_date.as_deref()).map_err(anyhow::Error::msg)?;
+    let chat = ChatTokenizer::load(&args.tokenizer, args.chat_template.as_deref(), now)
+        .map_err(anyhow::Error::msg)?;
+    let options = ChatOptions {
+        train_on: args.train_on.parse().map_err(anyhow::Error::msg)?,
+        train_on_eos: !args.no_train_on_eos,
+        max_length: args.max_length,
+        truncation: args.truncation.parse().map_err(anyhow::Error::msg)?,
+        ..Default::default()
+    };
+    let fields = RowFields {
+        messages: args.field.clone(),
+        ..Default::default()
+    };
+    let fields = if args.field == "text" {
+        RowFields::default()
+    } else {
+        fields
+    };
+    let rows = chute::chat::ChatRows::new(
+        std::sync::Arc::new(chat),
+        options,
+        fields,
+        args.workers.unwrap_or(0),
+    );
+    if !args.overwrite && args.output.exists() {
+        bail!(
+            "{} exists; pass --overwrite to replace it",
+            args.output.display()
+        );
+    }
+    let files = chute::dataset::expand_files(&args.inputs)?;
+    let started = std::time::Instant::now();
+    let mut writer = chute::formats::parquet::TokenListWriter::create(&args.output, 16_384)?;
+    let mut tokens = 0u64;
+    let mut trained = 0u64;
+    let counts = chute::dataset::rows::encode_each(
+        &mut chute::dataset::open_records(&files),
+        &rows,
+        &mut |ids, labels| {
+            tokens += ids.len() as u64;
+            trained += labels.iter().filter(|&&l| l != -100).count() as u64;
+            writer.add(ids, labels)
+        },
+    )?;
+    let written = writer.finish()?;
+    let secs = started.elapsed().as_secs_f64();
+    let skipped: Vec<String> = counts
+        .skipped
+        .iter()
+        .map(|(w, n)| format!("{n} {w}"))
+        .collect();
+    println!(
+        "wrote {written} of {} rows ({} truncated{}{}), {tokens} tokens ({trained} trained; {:.2} M \
+         tokens/s) to {}",
+        counts.rows,
+        counts.truncated,
+        if skipped.is_empty() {
+            ""
+        } else {
+            ", skipped: "
+        },
+        skipped.join(", "),
+        tokens as f64 / secs.max(1e-9) / 1e6,
+        args.output.display()
     );
     Ok(())
 }

@@ -16,3 +16,36 @@ pub trait TextEncoder: Send + Sync + std::fmt::Debug {
     /// the fingerprint of a source's manifest: other ids, another fingerprint.
     fn fingerprint(&self) -> String;
 }
+
+/// One row's token ids and labels, from a [`RowEncoder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EncodedRow {
+    /// The ids and their labels (-100 where the loss does not count), as many of each.
+    Kept {
+        /// The ids.
+        ids: Vec<u32>,
+        /// The labels.
+        labels: Vec<i64>,
+        /// Whether the row was cut to a maximum length.
+        truncated: bool,
+    },
+    /// Left out, and why (a short name the source counts: `no_trained_token`, `too_long`).
+    Skipped(&'static str),
+}
+
+/// Turns rows of records (chat conversations, prompts and completions) into token ids and
+/// labels, for sources that encode them when they are opened.
+pub trait RowEncoder: Send + Sync + std::fmt::Debug {
+    /// The fields a row is read with (those a file lacks are left out of its rows).
+    fn fields(&self) -> Vec<String>;
+
+    /// Each of `rows` (records of [`RowEncoder::fields`]) encoded, in order; an error says
+    /// what was wrong with that row.
+    fn encode_rows(&self, rows: &[crate::Value]) -> Vec<Result<EncodedRow, String>>;
+
+    /// Every id is below this.
+    fn vocab_size(&self) -> usize;
+
+    /// What identifies the encoder and its options, for the fingerprint of a source.
+    fn fingerprint(&self) -> String;
+}

@@ -85,6 +85,57 @@ pub enum Field {
 }
 
 impl Field {
+    /// The field as a nested value: text, bytes, numbers (an array's elements, a list; a
+    /// scalar, a number), nested values as they are.
+    pub fn to_value(&self) -> crate::Value {
+        use crate::Value;
+        let field = self;
+        match field {
+            Field::Text(b) => Value::Text(b.clone()),
+            Field::Bytes(b) => Value::Bytes(b.clone()),
+            Field::Value(v) => v.clone(),
+            Field::Array(a) => {
+                let n = a.shape.iter().product::<usize>();
+                let d = &a.data;
+                let at = |i: usize, w: usize| -> [u8; 8] {
+                    let mut b = [0u8; 8];
+                    b[..w].copy_from_slice(&d[i * w..(i + 1) * w]);
+                    b
+                };
+                let one = |i: usize| -> Value {
+                    match a.dtype {
+                        DType::Bool => Value::Bool(d[i] != 0),
+                        DType::U8 => Value::UInt(u64::from(d[i])),
+                        DType::I8 => Value::Int(i64::from(d[i] as i8)),
+                        DType::U16 => Value::UInt(u64::from_le_bytes(at(i, 2))),
+                        DType::I16 => {
+                            Value::Int(i64::from(i16::from_le_bytes([d[2 * i], d[2 * i + 1]])))
+                        }
+                        DType::U32 => Value::UInt(u64::from_le_bytes(at(i, 4))),
+                        DType::I32 => Value::Int(i64::from(i32::from_le_bytes(
+                            d[4 * i..4 * i + 4].try_into().unwrap_or_default(),
+                        ))),
+                        DType::U64 => Value::UInt(u64::from_le_bytes(at(i, 8))),
+                        DType::I64 => Value::Int(i64::from_le_bytes(at(i, 8))),
+                        DType::F32 => Value::Float(f64::from(f32::from_le_bytes(
+                            d[4 * i..4 * i + 4].try_into().unwrap_or_default(),
+                        ))),
+                        DType::F64 => Value::Float(f64::from_le_bytes(at(i, 8))),
+                        _ => Value::Null,
+                    }
+                };
+                if d.len() < n * a.dtype.size() {
+                    return Value::Null;
+                }
+                if a.shape.is_empty() {
+                    one(0)
+                } else {
+                    Value::List((0..n).map(one).collect())
+                }
+            }
+        }
+    }
+
     /// What the field holds, for messages: `bytes (12 bytes)`, `text (5 bytes)` or `a uint8
     /// [224, 224, 3] array`.
     pub fn describe(&self) -> String {

@@ -280,6 +280,12 @@ impl Documents {
         }
     }
 
+    /// The documents with per-token labels (`int64`, laid out as the tokens of file 0).
+    pub(crate) fn with_labels(mut self, labels: Bytes) -> Documents {
+        self.labels = Some(labels);
+        self
+    }
+
     /// Documents in all files.
     pub fn len(&self) -> u64 {
         *self.starts.last().expect("one")

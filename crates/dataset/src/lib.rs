@@ -13,6 +13,9 @@
 //! - [`text_files`]: documents' text read in order from JSON Lines, Parquet, Arrow, tar,
 //!   TFRecord or text files, each handed over by the opener, tokenized by a
 //!   [`chute_core::TextEncoder`] (a trait object: this crate knows no tokenizer library).
+//! - [`rows`]: rows of records (chat conversations, prompts and completions) read from the
+//!   same files and encoded into ids and labels by a [`chute_core::RowEncoder`] (the facade's
+//!   chat templates), for the packers.
 //! - [`parse_token_text`], [`token_ids_from_npy`]: token ids from text or `.npy` arrays, to
 //!   feed a `TokenWriter`.
 //!
@@ -27,11 +30,14 @@ pub mod mixture;
 mod open;
 mod options;
 pub mod pack;
+pub mod rows;
 pub mod text_files;
 
 pub use documents::Documents;
 pub use ids::{parse_token_text, token_ids_from_npy};
 pub use mixture::{Component, MixMode, Mixture, MixtureBuilder, Policy};
-pub use open::{Dataset, Kind, MANIFEST_NAME, Opened, expand_files, open, open_texts};
+pub use open::{
+    Dataset, Kind, MANIFEST_NAME, Opened, expand_files, open, open_records, open_rows, open_texts,
+};
 pub use options::{DEFAULT_SEQ_LEN, OpenOptions};
 pub use pack::{Long, Pack, PackOptions, PackedSource};

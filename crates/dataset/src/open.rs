@@ -38,7 +38,7 @@ use chute_core::{ConfigError, Corruption, DType, Error, Manifest, Source};
 use chute_formats::example::ExampleOptions;
 use chute_formats::webdataset::{CompressedTarSource, is_compressed_tar};
 use chute_formats::{
-    Format, TfRecordOptions, TfRecordSource, TokenOptions, TokenSource, WebDatasetOptions,
+    Format, Structs, TfRecordOptions, TfRecordSource, TokenOptions, TokenSource, WebDatasetOptions,
     WebDatasetSource, expand_braces, format_of, is_megatron_bin, open_whole,
 };
 use chute_io::Location;
@@ -122,6 +122,23 @@ impl Opened {
                 kind: Kind::Mixture(mixture),
             });
         }
+        if let Some(encoder) = &options.rows {
+            let files = expand_files(inputs)?;
+            if files.is_empty() {
+                return Err(ConfigError::new("paths", "no files of records given").into());
+            }
+            let name = files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let (docs, counts) =
+                crate::rows::encode_rows(name, &mut open_records(&files), encoder.as_ref())?;
+            return Ok(Opened {
+                source: Arc::new(packed_rows(docs, &counts, options)?),
+                kind: Kind::Text,
+            });
+        }
         if let Some(encoder) = &options.tokenizer {
             let files = expand_files(inputs)?;
             if files.is_empty() {
@@ -178,6 +195,42 @@ impl Opened {
     }
 }
 
+/// The rows of `source` (a table in memory, a Hugging Face dataset's) encoded by
+/// `options.rows` and packed as `options` say (`pad` by default), as [`Opened::open`] does
+/// with files of records.
+pub fn open_rows(
+    name: &str,
+    source: Arc<dyn Source>,
+    options: &OpenOptions,
+) -> Result<Arc<dyn Source>, Error> {
+    let Some(encoder) = &options.rows else {
+        return Err(ConfigError::new("rows", "no encoder of rows given").into());
+    };
+    let file = TextFile::Records {
+        name: name.to_string(),
+        source,
+    };
+    let (docs, counts) = crate::rows::encode_rows(
+        name.to_string(),
+        &mut std::iter::once(Ok(file)),
+        encoder.as_ref(),
+    )?;
+    Ok(Arc::new(packed_rows(docs, &counts, options)?))
+}
+
+/// Encoded rows packed as `options` say: one row a sample (`pad`) unless `pack` is set.
+fn packed_rows(
+    docs: Documents,
+    counts: &crate::rows::RowCounts,
+    options: &OpenOptions,
+) -> Result<PackedSource, Error> {
+    let mut pack = pack_options(options, None);
+    if options.pack.is_none() {
+        pack.pack = crate::pack::Pack::Pad;
+    }
+    Ok(PackedSource::new(docs, pack)?.with_counts(counts))
+}
+
 /// Resolves `inputs` and opens them: the source of [`Opened::open`].
 pub fn open<P: AsRef<Path>>(inputs: &[P], options: &OpenOptions) -> Result<Arc<dyn Source>, Error> {
     Ok(Opened::open(inputs, options)?.source)
@@ -191,6 +244,19 @@ pub fn open<P: AsRef<Path>>(inputs: &[P], options: &OpenOptions) -> Result<Arc<d
 pub fn open_texts<'a>(
     files: &'a [PathBuf],
     field: &'a str,
+) -> impl Iterator<Item = Result<TextFile, Error>> + 'a {
+    open_text_files(files, Some(field))
+}
+
+/// Each of `files` as records to read ([`crate::rows`]): as [`open_texts`], columnar files
+/// opened with every column, structs whole.
+pub fn open_records(files: &[PathBuf]) -> impl Iterator<Item = Result<TextFile, Error>> + '_ {
+    open_text_files(files, None)
+}
+
+fn open_text_files<'a>(
+    files: &'a [PathBuf],
+    field: Option<&'a str>,
 ) -> impl Iterator<Item = Result<TextFile, Error>> + 'a {
     files.iter().map(move |file| {
         let name = file.display().to_string();
@@ -212,7 +278,12 @@ pub fn open_texts<'a>(
             ) => {
                 let options = OpenOptions {
                     format: Some(format),
-                    columns: Some(vec![field.to_string()]),
+                    columns: field.map(|f| vec![f.to_string()]),
+                    structs: if field.is_some() {
+                        Structs::Flatten
+                    } else {
+                        Structs::Record
+                    },
                     ..Default::default()
                 };
                 let dataset = Dataset::resolve(std::slice::from_ref(file), Some(format))?;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use chute_core::{DType, TextEncoder};
+use chute_core::{DType, RowEncoder, TextEncoder};
 use chute_formats::{Fill, Format, IndexMode, Nulls, Stack, Structs};
 
 use crate::pack::PackOptions;
@@ -56,6 +56,10 @@ pub struct OpenOptions {
     /// document is tokenized by it (on its threads) and packed by `pack` (`concat` by
     /// default), `seq_len` and `out_dtype` as for token files.
     pub tokenizer: Option<Arc<dyn TextEncoder>>,
+    /// Rows of records (chat conversations, prompts and completions) encoded into ids and
+    /// labels when opened ([`crate::rows`]), then packed by `pack` (`pad`, one row a sample,
+    /// by default). The inputs are JSON Lines, Parquet, Arrow, tar or TFRecord files.
+    pub rows: Option<Arc<dyn RowEncoder>>,
     /// With `tokenizer`: the JSON key, column, tar member extension or feature holding each
     /// document's text (default `text`).
     pub text_field: Option<String>,
@@ -83,6 +87,7 @@ impl Default for OpenOptions {
             verify_checksums: true,
             pack: None,
             tokenizer: None,
+            rows: None,
             text_field: None,
         }
     }

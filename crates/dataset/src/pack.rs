@@ -233,6 +233,19 @@ struct Bucketed {
 }
 
 impl PackedSource {
+    /// The source with what its rows became in its manifest's parameters (`chat_rows`,
+    /// `chat_kept`, `chat_truncated`, `chat_skipped_<why>`): rows encoded when opened.
+    pub fn with_counts(mut self, counts: &crate::rows::RowCounts) -> PackedSource {
+        let p = &mut self.manifest.params;
+        p.insert("chat_rows".into(), counts.rows.into());
+        p.insert("chat_kept".into(), counts.kept.into());
+        p.insert("chat_truncated".into(), counts.truncated.into());
+        for (why, n) in &counts.skipped {
+            p.insert(format!("chat_skipped_{why}"), (*n).into());
+        }
+        self
+    }
+
     /// Packs `docs` as `options` say. Fails with a [`ConfigError`] for a zero `seq_len` or
     /// `window`, an `out_dtype` the tokens cannot be cast to, or ids that do not fit it.
     pub fn new(docs: Documents, options: PackOptions) -> Result<PackedSource, Error> {

@@ -1038,6 +1038,126 @@ impl ParquetSource {
     }
 }
 
+/// Writes tokenized documents to a Parquet file, as a tokenized Hugging Face dataset holds
+/// them: `input_ids` (`list<int32>`) and `labels` (`list<int64>`, -100 where the loss does not
+/// count), a row a document, a row group every `row_group_rows` documents; under a temporary
+/// name until [`TokenListWriter::finish`] renames it into place.
+pub struct TokenListWriter {
+    path: PathBuf,
+    row_group_rows: usize,
+    ids: Vec<i32>,
+    labels: Vec<i64>,
+    offsets: Vec<i32>,
+    written: u64,
+    schema: arrow_schema::SchemaRef,
+    writer: ArrowWriter<AtomicFile>,
+}
+
+impl std::fmt::Debug for TokenListWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenListWriter")
+            .field("path", &self.path)
+            .field("rows", &self.written)
+            .finish()
+    }
+}
+
+impl TokenListWriter {
+    /// A writer to `path`.
+    pub fn create(path: impl AsRef<Path>, row_group_rows: usize) -> Result<Self, Error> {
+        use arrow_schema::{DataType, Field, Schema};
+        let path = path.as_ref().to_path_buf();
+        let list = |t: DataType| DataType::List(Arc::new(Field::new("item", t, true)));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("input_ids", list(DataType::Int32), false),
+            Field::new("labels", list(DataType::Int64), false),
+        ]));
+        let file = AtomicFile::create(&path)?;
+        let writer = ArrowWriter::try_new(file, Arc::clone(&schema), None)
+            .map_err(|e| Error::io(path.display().to_string(), std::io::Error::other(e)))?;
+        Ok(TokenListWriter {
+            schema,
+            path,
+            row_group_rows: row_group_rows.max(1),
+            ids: Vec::new(),
+            labels: Vec::new(),
+            offsets: vec![0],
+            written: 0,
+            writer,
+        })
+    }
+
+    /// Adds a document: its ids and as many labels.
+    pub fn add(&mut self, ids: &[u32], labels: &[i64]) -> Result<(), Error> {
+        if ids.len() != labels.len() || ids.iter().any(|&i| i > i32::MAX as u32) {
+            return Err(ConfigError::new(
+                "labels",
+                format!(
+                    "{} ids and {} labels (ids below 2^31)",
+                    ids.len(),
+                    labels.len()
+                ),
+            )
+            .into());
+        }
+        self.ids.extend(ids.iter().map(|&i| i as i32));
+        self.labels.extend_from_slice(labels);
+        let end = i32::try_from(self.ids.len()).unwrap_or(i32::MAX);
+        self.offsets.push(end);
+        if self.offsets.len() > self.row_group_rows || self.ids.len() > (1 << 28) {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        use arrow_array::{Int32Array, Int64Array, ListArray, RecordBatch};
+        use arrow_buffer::OffsetBuffer;
+        use arrow_schema::{DataType, Field};
+        if self.offsets.len() == 1 {
+            return Ok(());
+        }
+        let offsets = OffsetBuffer::new(std::mem::replace(&mut self.offsets, vec![0]).into());
+        let item = |t: DataType| Arc::new(Field::new("item", t, true));
+        let ids = ListArray::new(
+            item(DataType::Int32),
+            offsets.clone(),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.ids))),
+            None,
+        );
+        let labels = ListArray::new(
+            item(DataType::Int64),
+            offsets,
+            Arc::new(Int64Array::from(std::mem::take(&mut self.labels))),
+            None,
+        );
+        let origin = self.path.display().to_string();
+        let io = |e: parquet::errors::ParquetError| Error::io(&origin, std::io::Error::other(e));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&self.schema),
+            vec![Arc::new(ids), Arc::new(labels)],
+        )
+        .map_err(|e| Error::io(&origin, std::io::Error::other(e)))?;
+        self.writer.write(&batch).map_err(io)?;
+        self.writer.flush().map_err(io)?;
+        self.written += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// Writes the rest and the footer, then renames the file into place; the documents
+    /// written.
+    pub fn finish(mut self) -> Result<u64, Error> {
+        self.flush()?;
+        let origin = self.path.display().to_string();
+        let file = self
+            .writer
+            .into_inner()
+            .map_err(|e| Error::io(&origin, std::io::Error::other(e)))?;
+        file.finish()?;
+        Ok(self.written)
+    }
+}
+
 /// Writes samples to a Parquet file: numeric scalars become numeric columns, fixed-shape 1-D
 /// arrays fixed-size lists, bytes binary and text string columns (see
 /// `columnar::RowBuilder`). The schema is taken from the first sample; a row group is

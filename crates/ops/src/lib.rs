@@ -29,6 +29,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "chat")]
+pub mod chat;
 mod error;
 pub mod image;
 mod jpeg;

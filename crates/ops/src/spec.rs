@@ -63,6 +63,7 @@ use serde::Deserialize;
 use crate::image::ColorMode;
 use crate::{BadData, OpError, Slot, Transform};
 
+mod chat;
 mod step;
 use step::{CompiledField, Value};
 
@@ -203,6 +204,58 @@ pub enum Op {
         #[serde(default)]
         labels: Option<String>,
     },
+    /// A conversation (this field: a list of messages), a prompt (with `completion`, or
+    /// `chosen` and `rejected`) or a preference pair (this field the chosen, with `rejected`)
+    /// rendered with a chat template as `transformers` renders it, tokenized, and labelled
+    /// (see [`crate::chat`]; feature `chat`). Gives `int64 [n]` ids (the output field,
+    /// default `input_ids`) and `labels` (-100 where the loss does not count); a pair gives
+    /// `chosen_input_ids`, `chosen_labels`, `rejected_input_ids`, `rejected_labels`. The
+    /// fields it reads are taken out of the sample. The only op of its field.
+    Chat {
+        /// A tokenizer folder (`tokenizer.json`, `tokenizer_config.json`, ...) or a
+        /// `tokenizer.json` path.
+        tokenizer: String,
+        /// A template's text or a `.jinja` file, instead of the tokenizer's.
+        #[serde(default)]
+        chat_template: Option<String>,
+        /// Which named template (default: `tool_use` for a sample with tools, else `default`).
+        #[serde(default)]
+        template_name: Option<String>,
+        /// `assistant` (default), `last` or `all`.
+        #[serde(default)]
+        train_on: Option<String>,
+        /// Whether an assistant's end-of-turn token is trained (default true).
+        #[serde(default = "yes")]
+        train_on_eos: bool,
+        /// At most this many ids.
+        #[serde(default)]
+        max_length: Option<usize>,
+        /// `keep_start` (default), `keep_end` or `drop` (then the sample fails, a counted skip
+        /// with `on_error="skip"`).
+        #[serde(default)]
+        truncation: Option<String>,
+        /// Template variables (`{"enable_thinking": false}`).
+        #[serde(default)]
+        kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+        /// What `strftime_now` formats (`2024-07-26`; default today, UTC).
+        #[serde(default)]
+        date: Option<String>,
+        /// The field of the tools (default `tools`), when a sample has it.
+        #[serde(default)]
+        tools: Option<String>,
+        /// The field of the completion: this field is then the prompt.
+        #[serde(default)]
+        completion: Option<String>,
+        /// The field of the chosen completion: this field is then the prompt.
+        #[serde(default)]
+        chosen: Option<String>,
+        /// The field of the rejected completion (a preference pair).
+        #[serde(default)]
+        rejected: Option<String>,
+        /// The labels field's name (default `labels`).
+        #[serde(default)]
+        labels: Option<String>,
+    },
 }
 
 /// A token given by id or by its text in the vocabulary.
@@ -231,6 +284,7 @@ impl Op {
             Op::Text => "text",
             Op::Json => "json",
             Op::Tokenize { .. } => "tokenize",
+            Op::Chat { .. } => "chat",
         }
     }
 }
@@ -330,6 +384,8 @@ pub struct SampleOps {
     slots: Vec<Slot>,
     /// Per field: its ops compiled into steps (see [`step`]).
     plans: Vec<CompiledField>,
+    /// Per field: its `chat` op, loaded.
+    chats: Vec<Option<chat::ChatOp>>,
 }
 
 impl SampleOps {
@@ -361,6 +417,22 @@ impl SampleOps {
                     ),
                 ));
             }
+            if let Some(i) = f.ops.iter().position(|op| matches!(op, Op::Chat { .. })) {
+                if f.ops.len() != 1 {
+                    return Err(ConfigError::new(
+                        "transform",
+                        format!(
+                            "field {field:?}, op {}: chat reads a conversation's fields and \
+                             gives ids and labels, so it is its field's only op",
+                            i + 1
+                        ),
+                    ));
+                }
+                chat::ChatOp::new(&f.ops[0]).map_err(|why| {
+                    ConfigError::new("transform", format!("field {field:?}, op 1 (chat): {why}"))
+                })?;
+                continue;
+            }
             let mut kind = Kind::Bytes;
             for (i, op) in f.ops.iter().enumerate() {
                 kind = output_kind(op, kind).map_err(|why| {
@@ -376,7 +448,15 @@ impl SampleOps {
         }
         let mut slots: Vec<Slot> = Vec::new();
         let mut plans = Vec::with_capacity(fields.len());
+        let mut chats = Vec::with_capacity(fields.len());
         for f in &fields {
+            if let [op @ Op::Chat { .. }] = &f.ops[..] {
+                let op = chat::ChatOp::new(op).map_err(|why| ConfigError::new("transform", why))?;
+                chats.push(Some(op));
+                plans.push(CompiledField::new(&[], None));
+                continue;
+            }
+            chats.push(None);
             let slot = fixed_output(f).filter(|s| !slots.iter().any(|t| t.name == s.name));
             let at = slot.map(|s| {
                 slots.push(s);
@@ -388,6 +468,7 @@ impl SampleOps {
             fields,
             slots,
             plans,
+            chats,
         })
     }
 
@@ -486,7 +567,7 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
                 scalar = true;
                 dtype = DType::I64;
             }
-            Op::Npy | Op::Text | Op::Json | Op::Tokenize { .. } => return None,
+            Op::Npy | Op::Text | Op::Json | Op::Tokenize { .. } | Op::Chat { .. } => return None,
         }
     }
     if scalar {
@@ -653,7 +734,7 @@ impl SampleOps {
         rng: &mut SampleRng,
         mut out: Option<&mut [&mut [u8]]>,
     ) -> Result<(), BadData> {
-        for (f, plan) in self.fields.iter().zip(&self.plans) {
+        for ((f, plan), chat) in self.fields.iter().zip(&self.plans).zip(&self.chats) {
             let Some(name) = f.names.iter().find(|n| sample.get(n).is_some()) else {
                 if f.optional {
                     continue;
@@ -665,6 +746,11 @@ impl SampleOps {
                 ));
             };
             let name = name.clone();
+            if let Some(chat) = chat {
+                chat.apply(sample, &name, f.output.as_deref())
+                    .map_err(|e| BadData::new(name.as_str(), e))?;
+                continue;
+            }
             let field = sample.remove(&name).expect("present");
             let value = match field {
                 Field::Bytes(b) | Field::Text(b) => Value::Bytes(b),

@@ -28,6 +28,9 @@ impl PartialEq for TextTokenizer {
     }
 }
 
+/// Ids and the byte range of the text each came from.
+pub type Encoding = (Vec<u32>, Vec<(usize, usize)>);
+
 /// How a text becomes ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EncodeOptions {
@@ -135,6 +138,31 @@ impl TextTokenizer {
         ids.extend(options.eos);
         let n = prompt_len.min(ids.len());
         Ok((ids, n))
+    }
+
+    /// The ids of `text` and the byte range of `text` each came from, without the
+    /// tokenizer's own special tokens (what `transformers` tokenizes a rendered chat with).
+    pub fn encode_with_offsets(&self, text: &str) -> Result<Encoding, String> {
+        check_text_len(text.len())?;
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| format!("the tokenizer failed: {e}"))?;
+        Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
+    }
+
+    /// The text of every added token marked special (`<|im_end|>`, `</s>`, ...), longest
+    /// first.
+    pub fn special_tokens(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .inner
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|t| t.special && !t.content.is_empty())
+            .map(|t| t.content)
+            .collect();
+        v.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        v
     }
 
     /// The text of `ids` (special tokens skipped when `skip_special`).

@@ -247,6 +247,11 @@ fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
             op @ Op::Tokenize { .. } => Step::Tokenize(super::tokenizing(op)),
             #[cfg(not(feature = "tokenizers"))]
             Op::Tokenize { .. } => Step::Tokenize,
+            // Run by the field's `ChatOp`, never compiled into steps.
+            Op::Chat { .. } => {
+                i += 1;
+                continue;
+            }
         };
         steps.push(step);
         i += 1;

@@ -1,0 +1,354 @@
+"""Chat templates: conversations rendered, tokenized and labelled as `transformers`'
+`apply_chat_template` does it, checked against transformers itself on real chat templates of
+open model families (the texts in chat_templates/, sources named in its README) and a
+tokenizer trained here with every family's special tokens (nothing is downloaded)."""
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import chute
+
+tk = pytest.importorskip("tokenizers", reason="tokenizers not installed")
+transformers = pytest.importorskip("transformers", reason="transformers not installed")
+
+TEMPLATES = Path(__file__).parent / "chat_templates"
+
+SPECIALS = [
+    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|begin_of_text|>", "<|start_header_id|>",
+    "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>", "<bos>", "<eos>",
+    "<start_of_turn>", "<end_of_turn>", "<s>", "</s>", "[INST]", "[/INST]", "<|user|>",
+    "<|assistant|>", "<|end|>", "<|system|>", "<pad>",
+    "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>",
+    "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>", "<\uff5ctool\u2581calls\u2581begin\uff5c>",
+    "<\uff5ctool\u2581calls\u2581end\uff5c>", "<\uff5ctool\u2581call\u2581begin\uff5c>",
+    "<\uff5ctool\u2581call\u2581end\uff5c>", "<\uff5ctool\u2581sep\uff5c>",
+    "<\uff5ctool\u2581outputs\u2581begin\uff5c>", "<\uff5ctool\u2581outputs\u2581end\uff5c>",
+    "<\uff5ctool\u2581output\u2581begin\uff5c>", "<\uff5ctool\u2581output\u2581end\uff5c>",
+]
+# Added tokens that are not special, as Qwen's tokenizers have them.
+ADDED = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>"]
+
+# family: (template file, its training variant with {% generation %} blocks, special tokens)
+FAMILIES = {
+    "chatml": ("chatml", None, {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+    "qwen2_5": ("qwen2_5", "qwen2_5_training", {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+    "qwen3": ("qwen3", "qwen3_training", {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+    "llama3": ("llama3", "llama3_training", {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
+    "llama3_1": ("llama3_1", None, {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
+    "llama3_2": ("llama3_2", None, {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
+    "gemma": ("gemma", "gemma_training", {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}),
+    "gemma3": ("gemma3", "gemma3_training", {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}),
+    "mistral": ("mistral", None, {"bos_token": "<s>", "eos_token": "</s>"}),
+    "phi3": ("phi3", "phi3_training", {"bos_token": "<s>", "eos_token": "<|endoftext|>"}),
+    "deepseekv3": ("deepseekv3", "deepseekv3_training", {
+        "bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+        "eos_token": "<\uff5cend\u2581of\u2581sentence\uff5c>"}),
+    "deepseek_r1": ("deepseek_r1_distill", None, {
+        "bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+        "eos_token": "<\uff5cend\u2581of\u2581sentence\uff5c>"}),
+}
+
+WORDS = ("the quick brown fox jumps over lazy dogs while 42 robots compute 3.14 answers; "
+         "café naïve déjà vu 東京 数据 加载器 привет мир 🙂 🚀 <b>bold</b> \"quoted\" 'single' "
+         "\\ back\\slash tab\there new\nline").split(" ")
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}}]
+
+
+def sentence(rng, lo=0, hi=14):
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
+
+
+def conversations(n, seed=0, tools=True, reasoning=False):
+    """n conversations: system prompts or not, 1-4 turns, empty and non-ASCII contents, tool
+    calls and tool results, reasoning."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        msgs = []
+        if rng.random() < 0.5:
+            msgs.append({"role": "system", "content": "You are helpful. " + sentence(rng, 0, 6)})
+        use_tools = tools and rng.random() < 0.3
+        for t in range(rng.randint(1, 4)):
+            msgs.append({"role": "user", "content": sentence(rng, 1)})
+            if use_tools and t == 0:
+                msgs.append({"role": "assistant", "content": "", "tool_calls": [{
+                    "type": "function", "function": {
+                        "name": "get_weather", "arguments": {"city": rng.choice(["Paris", "東京"])}}}]})
+                msgs.append({"role": "tool", "name": "get_weather", "content": "22 degrees"})
+            reply = {"role": "assistant", "content": sentence(rng, 0 if rng.random() < 0.1 else 1)}
+            if reasoning and rng.random() < 0.5:
+                reply["reasoning_content"] = "Let me think. " + sentence(rng, 1, 8)
+            msgs.append(reply)
+        row = {"messages": msgs}
+        if use_tools:
+            row["tools"] = TOOLS
+        out.append(row)
+    return out
+
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+          "+ '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def template_text(name):
+    if name == "chatml":
+        return CHATML
+    return (TEMPLATES / f"{name}.jinja").read_text()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_json(tmp_path_factory):
+    """A byte-level BPE trained here on the test's words, with every family's special tokens."""
+    tok = tk.Tokenizer(tk.models.BPE())
+    tok.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tk.decoders.ByteLevel()
+    corpus = [" ".join(WORDS)] * 20 + [template_text(f) for f in ("qwen2_5", "llama3_1", "gemma3", "phi3")]
+    tok.train_from_iterator(corpus, tk.trainers.BpeTrainer(
+        vocab_size=1200, initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(), special_tokens=SPECIALS))
+    tok.add_tokens([tk.AddedToken(t, special=False, normalized=False) for t in ADDED])
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def tokenizer_dir(root, tokenizer_json, family, training=False):
+    """A tokenizer folder as save_pretrained writes it, with the family's template."""
+    name, train, specials = FAMILIES[family]
+    d = root / f"{family}{'_training' if training else ''}"
+    if d.exists():
+        return d
+    t = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json), **specials)
+    t.chat_template = template_text(train if training else name)
+    t.save_pretrained(str(d))
+    return d
+
+
+def reference(tok, row, generation, **kw):
+    out = tok.apply_chat_template(row["messages"], tools=row.get("tools"), tokenize=True,
+                                  return_dict=True, return_assistant_tokens_mask=generation, **kw)
+    ids = list(out["input_ids"])
+    labels = [i if m else -100 for i, m in zip(ids, out["assistant_masks"])] if generation else None
+    return ids, labels
+
+
+def chute_rows(path, tok_dir, **kw):
+    src = chute.dataset(str(path), tokenizer=str(tok_dir), chat=True, seq_len=100_000, **kw)
+    rows = []
+    for b in chute.Loader(src, batch_size=1, shuffle=False):
+        rows.append((np.asarray(b["tokens"])[0].tolist(), np.asarray(b["labels"])[0].tolist()))
+    return src, rows
+
+
+def rendered_rows(tok, convs, generation):
+    """The conversations transformers renders (and which train at least one token), with its
+    ids and labels."""
+    keep = []
+    for row in convs:
+        try:
+            ids, labels = reference(tok, row, generation)
+        except Exception:  # the template refuses it (roles, system prompts): chute must too
+            continue
+        if labels is not None and all(x == -100 for x in labels):
+            continue
+        keep.append((row, ids, labels))
+    return keep
+
+
+@pytest.mark.parametrize("family", [f for f, v in FAMILIES.items() if v[1]])
+def test_generation_templates_match_transformers(tmp_path, tokenizer_json, family):
+    """Templates with {% generation %} blocks: ids and labels identical to
+    apply_chat_template(tokenize=True, return_assistant_tokens_mask=True)."""
+    d = tokenizer_dir(tmp_path, tokenizer_json, family, training=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    convs = conversations(120, seed=hash(family) % 1000, reasoning=family == "qwen3")
+    keep = rendered_rows(tok, convs, True)
+    assert len(keep) >= 20, f"{family}: transformers rendered only {len(keep)}"
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _, _ in keep))
+    src, rows = chute_rows(path, d)
+    assert len(rows) == len(keep)
+    for (row, ids, labels), (got_ids, got_labels) in zip(keep, rows):
+        assert got_ids == ids, (family, row)
+        # chute leaves a row's first label out (no label crosses rows when packed); no
+        # template trains its first token.
+        assert labels[0] == -100
+        assert got_labels == labels, (family, row)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_original_templates_ids_and_assistant_spans(tmp_path, tokenizer_json, family):
+    """The templates as the models ship them (no generation blocks): ids identical to
+    transformers'; the trained tokens are each assistant reply's, through its end-of-turn
+    token, and nothing of the system, user or tool messages."""
+    d = tokenizer_dir(tmp_path, tokenizer_json, family)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    convs = conversations(80, seed=7, reasoning=family in ("qwen3", "deepseek_r1"))
+    keep = rendered_rows(tok, convs, False)
+    assert len(keep) >= 10, f"{family}: transformers rendered only {len(keep)}"
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _, _ in keep))
+    src, rows = chute_rows(path, d)
+    eos = FAMILIES[family][2]["eos_token"]
+    assert len(rows) <= len(keep)
+    by_ids = {tuple(ids): row for row, ids, _ in keep}
+    for got_ids, got_labels in rows:
+        row = by_ids[tuple(got_ids)]  # ids identical to transformers'
+        trained = [i for i in got_labels if i != -100]
+        text = tok.decode(trained)
+        for m in row["messages"]:
+            if m["role"] == "assistant" and m["content"].strip():
+                assert m["content"].strip() in text, (family, m, text)
+            if m["role"] == "user" and len(m["content"]) > 12:
+                assert m["content"] not in text, (family, m, text)
+
+
+def test_errors_name_the_row_and_the_template_exception(tmp_path, tokenizer_json):
+    d = tokenizer_dir(tmp_path, tokenizer_json, "mistral")
+    path = tmp_path / "bad.jsonl"
+    rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]},
+            {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(chute.CorruptDataError, match=r"line 2.*Conversation roles must alternate"):
+        chute.dataset(str(path), tokenizer=str(d), chat=True)
+    path.write_text(json.dumps({"messages": [{"content": "no role"}]}) + "\n")
+    with pytest.raises(chute.CorruptDataError, match="line 1: message 0 has no role"):
+        chute.dataset(str(path), tokenizer=str(d), chat=True)
+
+
+def common_prefix(a, b):
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def trl_prompt_completion(tok, prompt, completion):
+    """TRL 1.16's SFTTrainer tokenization of a prompt and completion (completion_only_loss):
+    the prompt with the generation prompt, the whole, their shared ids masked; plain strings
+    tokenized as they are, the EOS text appended to the completion."""
+    if isinstance(prompt, str):
+        if not completion.endswith(tok.eos_token):
+            completion = completion + tok.eos_token
+        p = tok(text=prompt)["input_ids"]
+        pc = tok(text=prompt + completion)["input_ids"]
+    else:
+        p = tok.apply_chat_template(prompt, tokenize=True, return_dict=True, add_generation_prompt=True)["input_ids"]
+        pc = tok.apply_chat_template(prompt + completion, tokenize=True, return_dict=True)["input_ids"]
+    n = common_prefix(p, pc)
+    return list(pc), [-100] * n + list(pc[n:])
+
+
+@pytest.mark.parametrize("family", ["qwen2_5", "llama3_1", "gemma3"])
+def test_prompt_completion_and_instructions_as_trl(tmp_path, tokenizer_json, family):
+    d = tokenizer_dir(tmp_path, tokenizer_json, family)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    rng = random.Random(3)
+    rows, want = [], []
+    for i in range(40):
+        if i % 3 == 0:
+            row = {"prompt": sentence(rng, 1), "completion": " " + sentence(rng, 1)}
+            want.append(trl_prompt_completion(tok, row["prompt"], row["completion"]))
+        elif i % 3 == 1:
+            p = [{"role": "user", "content": sentence(rng, 1)}]
+            c = [{"role": "assistant", "content": sentence(rng, 1)}]
+            row = {"prompt": p, "completion": c}
+            want.append(trl_prompt_completion(tok, p, c))
+        else:
+            row = {"instruction": sentence(rng, 1), "input": sentence(rng, 0, 4), "output": sentence(rng, 1)}
+            user = row["instruction"] + ("\n\n" + row["input"] if row["input"] else "")
+            want.append(trl_prompt_completion(tok, [{"role": "user", "content": user}],
+                                              [{"role": "assistant", "content": row["output"]}]))
+        rows.append(row)
+    for kind in ["prompt", "instruction"]:
+        chosen = [(r, w) for r, w in zip(rows, want) if (kind in r)]
+        path = tmp_path / f"{kind}.jsonl"
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _ in chosen))
+        _, got = chute_rows(path, d)
+        for (row, (ids, labels)), (gi, gl) in zip(chosen, got):
+            assert gi == ids, row
+            assert gl == [-100] + labels[1:], row
+
+
+def test_hf_dataset_and_parquet_with_arrow_nulls(tmp_path, tokenizer_json):
+    """A datasets.Dataset (and its Parquet export): Arrow gives every message every field,
+    null where the JSON had none; those are dropped, so the template sees the original
+    messages (a tool_calls test, is defined) and the ids are transformers' on the JSON."""
+    datasets = pytest.importorskip("datasets")
+    d = tokenizer_dir(tmp_path, tokenizer_json, "qwen2_5", training=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    keep = rendered_rows(tok, conversations(60, seed=11), True)
+    rows = [r for r, _, _ in keep]
+    for r in rows:
+        r.setdefault("tools", None)
+    ds = datasets.Dataset.from_list(rows)
+    assert "tool_calls" in ds.features["messages"].feature
+    ds.to_parquet(str(tmp_path / "chats.parquet"))
+    for source in [ds, str(tmp_path / "chats.parquet")]:
+        src = chute.dataset(source, tokenizer=str(d), chat=True, seq_len=100_000)
+        got = [(np.asarray(b["tokens"])[0].tolist(), np.asarray(b["labels"])[0].tolist())
+               for b in chute.Loader(src, batch_size=1, shuffle=False)]
+        assert len(got) == len(keep)
+        for (row, ids, labels), (gi, gl) in zip(keep, got):
+            assert gi == ids, row
+            assert gl == labels, row
+
+
+def test_chat_op_in_a_loader_preference_pairs_and_skips(tmp_path, tokenizer_json):
+    """The chat op: conversations to input_ids and labels on the Loader's workers; preference
+    pairs (prompt, chosen, rejected) to two sequences a sample, prompt masked as TRL's DPO
+    masks it; a conversation with nothing to train on is an error, or a counted skip."""
+    d = tokenizer_dir(tmp_path, tokenizer_json, "qwen2_5", training=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    keep = rendered_rows(tok, conversations(30, seed=5, tools=False), True)
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _, _ in keep))
+    op = {"messages": [{"op": "chat", "tokenizer": str(d)}]}
+    src = chute.dataset(str(path))
+    got = [(np.asarray(b["input_ids"])[0].tolist(), np.asarray(b["labels"])[0].tolist())
+           for b in chute.Loader(src, batch_size=1, shuffle=False, transforms=op, num_workers=2)]
+    assert got == [(ids, labels) for _, ids, labels in keep]
+    # Preference pairs.
+    rng = random.Random(9)
+    pairs = []
+    for _ in range(12):
+        p = [{"role": "user", "content": sentence(rng, 1)}]
+        pairs.append({"prompt": p, "chosen": [{"role": "assistant", "content": sentence(rng, 1)}],
+                      "rejected": [{"role": "assistant", "content": sentence(rng, 1)}]})
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in pairs))
+    op = {"prompt": [{"op": "chat", "tokenizer": str(d), "chosen": "chosen", "rejected": "rejected"}]}
+    batches = list(chute.Loader(chute.dataset(str(path)), batch_size=1, shuffle=False, transforms=op))
+    for row, b in zip(pairs, batches):
+        p = tok.apply_chat_template(row["prompt"], tokenize=True, return_dict=True, add_generation_prompt=True)["input_ids"]
+        c = tok.apply_chat_template(row["prompt"] + row["chosen"], tokenize=True, return_dict=True)["input_ids"]
+        r = tok.apply_chat_template(row["prompt"] + row["rejected"], tokenize=True, return_dict=True)["input_ids"]
+        n = min(common_prefix(p, c), common_prefix(p, r))
+        assert np.asarray(b["chosen_input_ids"])[0].tolist() == list(c)
+        assert np.asarray(b["rejected_input_ids"])[0].tolist() == list(r)
+        assert np.asarray(b["chosen_labels"])[0].tolist() == [-100] * n + list(c[n:])
+        assert np.asarray(b["rejected_labels"])[0].tolist() == [-100] * n + list(r[n:])
+    # Nothing to train on: an error naming why, or a counted skip.
+    path = tmp_path / "u.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "only a question"}]}) + "\n"
+                    + json.dumps(keep[0][0]) + "\n")
+    op = {"messages": [{"op": "chat", "tokenizer": str(d)}]}
+    with pytest.raises(Exception, match="no token of this conversation counts in the loss"):
+        list(chute.Loader(chute.dataset(str(path)), batch_size=1, shuffle=False, transforms=op))
+    loader = chute.Loader(chute.dataset(str(path)), batch_size=1, shuffle=False, transforms=op,
+                          on_error="skip")
+    assert len(list(loader)) >= 1
+    assert loader.stats()["skipped"] >= 1
+    src = chute.dataset(str(path), tokenizer=str(d), chat=True)
+    assert len(src) == 1
