@@ -65,7 +65,7 @@ fi
 # Hugging Face datasets write the files the interop tests read. torch only on request
 # (below): its PyPI wheel pulls ~3 GB of CUDA libraries, and without it its tests skip, saying so.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest jax mypy \
-  webdataset pyarrow pillow datasets tokenizers
+  webdataset pyarrow pillow datasets tokenizers transformers
 # CHUTE_TEST_TORCH=1 (set by .ci/run) also installs torch so its tests run (DataLoader,
 # from_dlpack, Stateful). Best effort: if the ~3 GB download fails, those tests skip and say so.
 if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then

@@ -50,6 +50,8 @@ class Source:
     @property
     def fingerprint(self) -> str: ...
     @property
+    def stats(self) -> Optional[Dict[str, Any]]: ...
+    @property
     def mixture(self) -> Optional[Dict[str, Any]]: ...
 
 def dataset(
@@ -89,6 +91,7 @@ def dataset(
     truncation: str = "keep_start",
     chat_date: Optional[str] = None,
     messages_field: str = "messages",
+    padding_free: bool = False,
 ) -> Source:
     """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
     its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
@@ -141,7 +144,14 @@ def dataset(
     left out; the counts are in the source's manifest (``chat_rows``, ``chat_kept``,
     ``chat_truncated``, ``chat_skipped_*``). Rows are packed by ``pack`` (``"pad"``, one
     conversation a row, by default; ``best_fit`` and ``document`` give ``position_ids`` that
-    restart at each conversation)."""
+    restart at each conversation, ``cu_seqlens`` and ``max_seqlen``).
+
+    ``padding_free=True`` (``pack="pad"``): a batch is its rows laid end to end, ``[1, N]``,
+    without padding, as ``transformers``' ``DataCollatorWithFlattening`` lays them out:
+    ``tokens``, ``position_ids`` restarting at each row, ``labels`` with -100 at each row's
+    first token, ``cu_seqlens`` (``[B + 1]``, int32) and ``max_seqlen`` (``[1]``, int32), for
+    variable-length attention. It applies on the columnar path (a loader without
+    ``transforms``)."""
 
 def collate_samples(
     samples: List[Any], pad: bool = False, output: Optional[Callable[[Any], Any]] = None

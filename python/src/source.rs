@@ -130,6 +130,18 @@ impl Source {
             .map(Some)
     }
 
+    /// The source's own figures, as `Loader.stats()["source"]` gives them (a chat source's
+    /// `{"chat": {"rows", "kept", "truncated", "skipped_<why>"}}`); `None` when it has none.
+    #[getter]
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(s) = self.inner.stats() else {
+            return Ok(None);
+        };
+        py.import("json")?
+            .call_method1("loads", (s.to_string(),))
+            .map(Some)
+    }
+
     /// The dataset's fingerprint (what a `state_dict` is checked against).
     #[getter]
     fn fingerprint(&self) -> String {
@@ -207,6 +219,8 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// labelled (-100 where the loss does not count: `train_on` = `assistant`, `last` or `all`;
 /// `train_on_eos`), cut to `seq_len` (`truncation` = `keep_start`, `keep_end` or `drop`), and
 /// packed (`pad` by default: one conversation a row). `chat_date` pins `strftime_now`.
+/// `padding_free` (`pack="pad"`): a batch is its rows end to end, `[1, N]`, with
+/// `position_ids`, `cu_seqlens` and `max_seqlen`, as `DataCollatorWithFlattening` gives them.
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
                     columns=None, chunk_rows=None, stack=None, cache_bytes=None,
@@ -216,7 +230,7 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
                     tokenizer=None, text_field="text", add_special_tokens=true, chat=None,
                     chat_template=None, chat_template_name=None, chat_template_kwargs=None,
                     train_on="assistant", train_on_eos=true, truncation="keep_start",
-                    chat_date=None, messages_field="messages"))]
+                    chat_date=None, messages_field="messages", padding_free=false))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dataset(
     py: Python<'_>,
@@ -255,6 +269,7 @@ pub(crate) fn dataset(
     truncation: &str,
     chat_date: Option<String>,
     messages_field: &str,
+    padding_free: bool,
 ) -> PyResult<Source> {
     let chat = chat.unwrap_or(chat_template.is_some());
     let rows = if chat {
@@ -325,8 +340,10 @@ pub(crate) fn dataset(
         }
         None => None,
     };
-    // Text needs packing: `concat` unless `pack` says.
-    let pack = pack.or(tokenizer.as_ref().map(|_| "concat"));
+    // Text needs packing: `concat` unless `pack` says; chat rows `pad`.
+    let pack = pack
+        .or(tokenizer.as_ref().map(|_| "concat"))
+        .or(rows.as_ref().map(|_| "pad"));
     let format = match format {
         Some(f) => Some(f.parse::<Format>().map_err(errors::from_config)?),
         None => None,
@@ -363,6 +380,7 @@ pub(crate) fn dataset(
             seed: pack_seed,
             pad_to_multiple_of,
             bucket,
+            padding_free,
         }
         .options()?,
     };
@@ -717,6 +735,7 @@ pub(crate) fn tokens(
             seed: pack_seed,
             pad_to_multiple_of,
             bucket,
+            padding_free: false,
         }
         .options()?,
         ..Default::default()
@@ -734,6 +753,7 @@ struct PackArgs<'a> {
     seed: u64,
     pad_to_multiple_of: usize,
     bucket: u64,
+    padding_free: bool,
 }
 
 impl PackArgs<'_> {
@@ -756,6 +776,7 @@ impl PackArgs<'_> {
             seed: self.seed,
             pad_to_multiple_of: self.pad_to_multiple_of,
             bucket: self.bucket,
+            padding_free: self.padding_free,
             ..Default::default()
         }))
     }

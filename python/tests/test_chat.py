@@ -142,7 +142,8 @@ def reference(tok, row, generation, **kw):
 
 
 def chute_rows(path, tok_dir, **kw):
-    src = chute.dataset(str(path), tokenizer=str(tok_dir), chat=True, seq_len=100_000, **kw)
+    kw.setdefault("seq_len", 100_000)
+    src = chute.dataset(str(path), tokenizer=str(tok_dir), chat=True, **kw)
     rows = []
     for b in chute.Loader(src, batch_size=1, shuffle=False):
         rows.append((np.asarray(b["tokens"])[0].tolist(), np.asarray(b["labels"])[0].tolist()))
@@ -352,3 +353,126 @@ def test_chat_op_in_a_loader_preference_pairs_and_skips(tmp_path, tokenizer_json
     assert loader.stats()["skipped"] >= 1
     src = chute.dataset(str(path), tokenizer=str(d), chat=True)
     assert len(src) == 1
+
+
+def trained_runs(ids, labels):
+    """The (position, label) of every trained token of a row."""
+    return [(i, l) for i, l in enumerate(labels) if l != -100]
+
+
+def test_packed_conversations_keep_every_trained_token_once(tmp_path, tokenizer_json):
+    """Conversations packed best-fit, in document windows, and padding-free: every trained
+    token of every conversation is in exactly one row, position_ids restart at each
+    conversation, cu_seqlens say where they start, and resuming mid-epoch continues exactly."""
+    d = tokenizer_dir(tmp_path, tokenizer_json, "qwen2_5", training=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    keep = rendered_rows(tok, conversations(150, seed=21), True)
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _, _ in keep))
+    longest = max(len(ids) for _, ids, _ in keep)
+    seq_len = longest + 16
+    # Each conversation's ids and labels (the first label -100: nothing crosses rows).
+    docs = {tuple(ids): [-100] + labels[1:] for _, ids, labels in keep}
+
+    src = chute.dataset(str(path), tokenizer=str(d), chat=True, seq_len=seq_len, pack="best_fit")
+    assert src.stats["chat"]["kept"] == len(keep)
+    seen = []
+    for b in chute.Loader(src, batch_size=4, shuffle=False):
+        toks, labels, pos = (np.asarray(b[k]) for k in ("tokens", "labels", "position_ids"))
+        for r in range(toks.shape[0]):
+            cu = np.asarray(b["cu_seqlens"][r]).tolist()
+            assert int(np.asarray(b["max_seqlen"])[r]) == max(np.diff(cu))
+            for a, e in zip(cu[:-1], cu[1:]):
+                assert pos[r, a] == 0 and (pos[r, a:e] == np.arange(e - a)).all()
+                seen.append((tuple(toks[r, a:e].tolist()), labels[r, a:e].tolist()))
+            assert (labels[r, cu[-1]:] == -100).all()
+    assert sorted(seen) == sorted(docs.items())
+
+    # Padding-free: a batch is one row of its conversations end to end.
+    src = chute.dataset(str(path), tokenizer=str(d), chat=True, seq_len=seq_len, padding_free=True)
+    seen = []
+    for b in chute.Loader(src, batch_size=5, shuffle=False):
+        toks, labels, pos = (np.asarray(b[k]) for k in ("tokens", "labels", "position_ids"))
+        cu = np.asarray(b["cu_seqlens"]).tolist()
+        assert toks.shape[0] == 1 and cu[0] == 0 and cu[-1] == toks.shape[1]
+        assert int(np.asarray(b["max_seqlen"])[0]) == max(np.diff(cu))
+        for a, e in zip(cu[:-1], cu[1:]):
+            assert (pos[0, a:e] == np.arange(e - a)).all() and labels[0, a] == -100
+            seen.append((tuple(toks[0, a:e].tolist()), labels[0, a:e].tolist()))
+    assert seen == list(docs.items())
+
+    # Resume mid-epoch, shuffled, on two ranks.
+    for pack in ["best_fit", "pad"]:
+        src = chute.dataset(str(path), tokenizer=str(d), chat=True, seq_len=seq_len, pack=pack)
+
+        def loader():
+            return chute.Loader(src, batch_size=3, shuffle=True, seed=5, rank=1, world_size=2, pad=True)
+
+        full = [np.asarray(b["tokens"]).tolist() for b in loader()]
+        first = loader()
+        it = iter(first)
+        for _ in range(3):
+            next(it)
+        state = first.state_dict()
+        again = loader()
+        again.load_state_dict(state)
+        assert [np.asarray(b["tokens"]).tolist() for b in again] == full[3:], pack
+
+
+def test_truncation_and_counts(tmp_path, tokenizer_json):
+    """Conversations longer than seq_len: cut keeping the start, keeping the end with the
+    system prompt, or dropped; the counts in the manifest."""
+    d = tokenizer_dir(tmp_path, tokenizer_json, "qwen2_5", training=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    keep = rendered_rows(tok, conversations(60, seed=4), True)
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _, _ in keep))
+    lengths = sorted(len(ids) for _, ids, _ in keep)
+    cut = lengths[len(lengths) // 2]
+    longer = sum(n > cut for n in lengths)
+    src, rows = chute_rows(path, d, seq_len=cut, truncation="drop")
+    p = src.stats["chat"]
+    assert p["skipped_too_long"] == longer and len(rows) == len(keep) - longer
+    src = chute.dataset(str(path), tokenizer=str(d), chat=True, seq_len=cut)
+    rows = [np.asarray(b["tokens"])[0].tolist() for b in chute.Loader(src, batch_size=1, shuffle=False)]
+    # Cut at the end: those left with no trained token are skipped, counted.
+    want = [ids[:cut] for _, ids, labels in keep if any(x != -100 for x in labels[1:cut])]
+    assert rows == want
+    chat = chute.Loader(src, batch_size=1, shuffle=False).stats()["source"]["chat"]
+    assert chat["truncated"] + chat.get("skipped_no_trained_token", 0) == longer
+    assert chat["kept"] == len(want) and chat["rows"] == len(keep)
+    # Keep the end, and the system prompt: the rows are a start then the end of the ids.
+    src = chute.dataset(str(path), tokenizer=str(d), chat=True, seq_len=cut, truncation="keep_end")
+    rows = [np.asarray(b["tokens"])[0].tolist() for b in chute.Loader(src, batch_size=1, shuffle=False)]
+    assert len(rows) == len(keep)
+    for (row, ids, _), got in zip(keep, rows):
+        if len(ids) <= cut:
+            assert got == ids
+            continue
+        heads = [p for p in range(cut + 1) if got == ids[:p] + ids[len(ids) - (cut - p):]]
+        assert heads, row
+        if row["messages"][0]["role"] == "system" and not row.get("tools"):
+            system = tok.apply_chat_template(row["messages"][:1], tokenize=True, return_dict=True)["input_ids"]
+            assert heads[0] == (len(system) if len(system) <= cut // 2 else 0), row
+
+
+def test_cli_tokenize_chat_writes_parquet_that_opens(tmp_path, tokenizer_json):
+    from conftest import chute_bin
+    import subprocess
+    pq = pytest.importorskip("pyarrow.parquet")
+    d = tokenizer_dir(tmp_path, tokenizer_json, "llama3", training=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    keep = rendered_rows(tok, conversations(40, seed=8), True)
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _, _ in keep))
+    out = tmp_path / "tok.parquet"
+    r = subprocess.run([chute_bin(), "tokenize", "--chat", "--tokenizer", str(d), "-o", str(out),
+                        str(path), "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {len(keep)} of {len(keep)} rows" in r.stdout
+    t = pq.read_table(out).to_pydict()
+    assert t["input_ids"] == [ids for _, ids, _ in keep]
+    assert t["labels"] == [labels for _, _, labels in keep]
+    src = chute.dataset(str(out), seq_len=100_000, pack="pad", columns=["input_ids", "labels"])
+    got = [np.asarray(b["labels"])[0].tolist() for b in chute.Loader(src, batch_size=1, shuffle=False)]
+    assert got == [labels for _, _, labels in keep]

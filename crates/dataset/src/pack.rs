@@ -7,9 +7,9 @@
 //! | mode | sample `i` | columns (per sample) |
 //! | --- | --- | --- |
 //! | `concat` | window `i` of `seq_len + 1` tokens of the epoch's documents concatenated | `tokens` `[seq_len + 1]` (`out_dtype`) |
-//! | `document` | the same window | `tokens`; `position_ids` `[seq_len + 1]` `int64`, from 0 at the window's start and at every document's; `segment_ids` `[seq_len + 1]` `int32`, 1 for the window's first document (piece), 2 for the next, ...; `cu_seqlens` `[k + 1]` `int32`, the offsets where the window's `k` pieces start, then `seq_len + 1` (a list per batch; `pad=True` pads it) |
+//! | `document` | the same window | `tokens`; `position_ids` `[seq_len + 1]` `int64`, from 0 at the window's start and at every document's; `segment_ids` `[seq_len + 1]` `int32`, 1 for the window's first document (piece), 2 for the next, ...; `cu_seqlens` `[k + 1]` `int32`, the offsets where the window's `k` pieces start, then `seq_len + 1` (a list per batch; `pad=True` pads it); `max_seqlen` `int32`, its longest piece |
 //! | `pad` | document `i` (or, with a `bucket`, a document of similar length to its batch's others), cut to `seq_len` tokens (its EOS kept) | `tokens` `[L]` (`out_dtype`): padded with `pad_id` to the batch's longest rounded up to `pad_to_multiple_of`; `tokens_mask` `[L]` `bool` (false on padding) |
-//! | `best_fit` | row `i` of whole documents packed into `seq_len` tokens | `tokens` `[seq_len]`, padded with `pad_id`; `position_ids` `[seq_len]` `int64` (0 on padding); `segment_ids` `[seq_len]` `int32` (0 on padding); `loss_mask` `[seq_len]` `bool` (false on padding) |
+//! | `best_fit` | row `i` of whole documents packed into `seq_len` tokens | `tokens` `[seq_len]`, padded with `pad_id`; `position_ids` `[seq_len]` `int64` (0 on padding); `segment_ids` `[seq_len]` `int32` (0 on padding); `loss_mask` `[seq_len]` `bool` (false on padding); `cu_seqlens` `[k + 1]` `int32`, where the row's `k` documents start, then where they end (a list per batch); `max_seqlen` `int32` |
 //!
 //! `concat` and `document`: with a shuffling plan the documents are put in a new order every
 //! epoch (keyed by the plan's seed and epoch; the plan then shuffles the windows too, as
@@ -30,6 +30,10 @@
 //! rows close when it ends, so memory stays bounded. A document never splits unless it is
 //! longer than `seq_len` ([`Long`]: split into `seq_len`-token pieces, or dropped). The rows
 //! are made once, when the source is opened; epochs shuffle them through the plan.
+//!
+//! `pad` with [`PackOptions::padding_free`]: a batch is its rows end to end, `[1, N]`
+//! (`tokens`, `position_ids`, `labels`), with `cu_seqlens` `[B + 1]` and `max_seqlen` `[1]`
+//! (`int32`), as `transformers`' `DataCollatorWithFlattening` lays a batch out.
 //!
 //! Documents with labels ([`Documents::has_labels`]: a tokenized column's `labels`) add a
 //! `labels` column (`int64`, the same shape as `tokens`): each token's label, the appended
@@ -155,6 +159,12 @@ pub struct PackOptions {
     /// size). 0 (the default) leaves it off; a few dozen batches of every rank together is
     /// a good size.
     pub bucket: u64,
+    /// `pad`: the batch's rows laid end to end in one row, `[1, N]`, no padding (what
+    /// `transformers`' `DataCollatorWithFlattening` gives variable-length attention):
+    /// `tokens`, `position_ids` restarting at each row, `labels` (-100 at each row's first
+    /// token), `cu_seqlens` `[B + 1]` `int32` and `max_seqlen` `[1]` `int32`. On the columnar
+    /// path only (a loader without transforms).
+    pub padding_free: bool,
 }
 
 impl Default for PackOptions {
@@ -170,6 +180,7 @@ impl Default for PackOptions {
             seed: 0,
             pad_to_multiple_of: 1,
             bucket: 0,
+            padding_free: false,
         }
     }
 }
@@ -308,7 +319,8 @@ impl PackedSource {
             manifest = manifest
                 .with_param("pad_id", options.pad_id)
                 .with_param("pad_to_multiple_of", options.pad_to_multiple_of)
-                .with_param("bucket", options.bucket);
+                .with_param("bucket", options.bucket)
+                .with_param("padding_free", options.padding_free);
         }
         if options.pack == Pack::BestFit {
             manifest = manifest
@@ -688,6 +700,81 @@ impl PackedSource {
         out
     }
 
+    /// `pad` with `padding_free`: the batch's rows end to end in one row (see
+    /// [`PackOptions::padding_free`]).
+    fn collate_flat(&self, ids: &[u64], pool: &BufferPool) -> Vec<(String, Column)> {
+        let os = self.options.out_dtype.size();
+        let bucketed = self.bucketed();
+        let rows: Vec<(u64, usize)> = ids
+            .iter()
+            .map(|&id| {
+                let doc = Self::pad_doc(&bucketed, id);
+                (doc, self.pad_len(doc) as usize)
+            })
+            .collect();
+        let total: usize = rows.iter().map(|r| r.1).sum();
+        let mut tokens = pool.take(total * os);
+        let mut positions = pool.take(total * 8);
+        let mut cu = pool.take((rows.len() + 1) * 4);
+        let mut at = 0usize;
+        let (t, p, c) = (
+            tokens.as_mut_slice(),
+            positions.as_mut_slice(),
+            cu.as_mut_slice(),
+        );
+        let mut longest = 0usize;
+        for (i, &(doc, n)) in rows.iter().enumerate() {
+            c[i * 4..(i + 1) * 4].copy_from_slice(&(at as i32).to_le_bytes());
+            self.pad_row(doc, n as u64, &mut t[at * os..(at + n) * os]);
+            for j in 0..n {
+                p[(at + j) * 8..(at + j + 1) * 8].copy_from_slice(&(j as i64).to_le_bytes());
+            }
+            longest = longest.max(n);
+            at += n;
+        }
+        let end = rows.len() * 4;
+        c[end..end + 4].copy_from_slice(&(at as i32).to_le_bytes());
+        let mut max = pool.take(4);
+        max.as_mut_slice()
+            .copy_from_slice(&(longest as i32).to_le_bytes());
+        let mut out = vec![
+            (
+                "tokens".to_string(),
+                Column::Tensor(Tensor::new(self.options.out_dtype, vec![1, total], tokens)),
+            ),
+            (
+                "position_ids".to_string(),
+                Column::Tensor(Tensor::new(DType::I64, vec![1, total], positions)),
+            ),
+            (
+                "cu_seqlens".to_string(),
+                Column::Tensor(Tensor::new(DType::I32, vec![rows.len() + 1], cu)),
+            ),
+            (
+                "max_seqlen".to_string(),
+                Column::Tensor(Tensor::new(DType::I32, vec![1], max)),
+            ),
+        ];
+        if self.docs.has_labels() {
+            let mut labels = pool.take(total * 8);
+            let l = labels.as_mut_slice();
+            let mut at = 0usize;
+            for &(doc, n) in &rows {
+                self.pad_labels(doc, n as u64, &mut l[at * 8..(at + n) * 8]);
+                if n > 0 {
+                    // No label crosses from one row to the next.
+                    l[at * 8..at * 8 + 8].copy_from_slice(&IGNORE.to_le_bytes());
+                }
+                at += n;
+            }
+            out.push((
+                "labels".to_string(),
+                Column::Tensor(Tensor::new(DType::I64, vec![1, total], labels)),
+            ));
+        }
+        out
+    }
+
     /// `pad` with a `bucket`: for the epoch `plan` is in, each run of `bucket` positions of
     /// its order (all ranks) gets the documents those positions hold, longest first. Depends
     /// on the seed, the epoch and the shuffle mode only, so every rank, a resumed run and one
@@ -797,11 +884,19 @@ impl Source for PackedSource {
                 Field::Array(Array::new(dtype, vec![n], Bytes::from(buf))),
             ));
         }
-        if self.options.pack == Pack::Document {
+        if matches!(self.options.pack, Pack::Document | Pack::BestFit) {
             let raw: Vec<u8> = cu.iter().flat_map(|v| v.to_le_bytes()).collect();
             sample.fields.push((
                 FieldName::Borrowed("cu_seqlens"),
                 Field::Array(Array::new(DType::I32, vec![cu.len()], Bytes::from(raw))),
+            ));
+            sample.fields.push((
+                FieldName::Borrowed("max_seqlen"),
+                Field::Array(Array::new(
+                    DType::I32,
+                    vec![],
+                    Bytes::copy_from_slice(&max_seqlen(&cu).to_le_bytes()),
+                )),
             ));
         }
         Ok(sample)
@@ -827,6 +922,17 @@ impl Source for PackedSource {
         *self.order.write().unwrap_or_else(|e| e.into_inner()) = order;
     }
 
+    /// Rows encoded when opened (chat): what they became (`rows`, `kept`, `truncated`,
+    /// `skipped_<why>`).
+    fn stats(&self) -> Option<serde_json::Value> {
+        let p = &self.manifest.params;
+        let rows: serde_json::Map<String, serde_json::Value> = p
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("chat_")?.to_string(), v.clone())))
+            .collect();
+        (!rows.is_empty()).then(|| serde_json::json!({ "chat": rows }))
+    }
+
     fn keep_one_order(&self) {
         self.one_order
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -844,6 +950,9 @@ impl Source for PackedSource {
             return Some(Err(e.into()));
         }
         if self.options.pack == Pack::Pad {
+            if self.options.padding_free {
+                return Some(Ok(self.collate_flat(ids, pool)));
+            }
             return Some(Ok(self.collate_padded(ids, pool)));
         }
         let order = self.current();
@@ -855,6 +964,8 @@ impl Source for PackedSource {
             .map(|(_, d)| pool.take(b * n * d.size()))
             .collect();
         let mut lists = Vec::new();
+        let varlen = matches!(self.options.pack, Pack::Document | Pack::BestFit);
+        let mut longest = pool.take(if varlen { b * 4 } else { 0 });
         let mut cu = Vec::new();
         let mut pieces = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
@@ -867,7 +978,9 @@ impl Source for PackedSource {
                 })
                 .collect();
             self.fill(&order, id, &mut pieces, &mut cols, &mut cu);
-            if self.options.pack == Pack::Document {
+            if varlen {
+                longest.as_mut_slice()[i * 4..(i + 1) * 4]
+                    .copy_from_slice(&max_seqlen(&cu).to_le_bytes());
                 let mut t = pool.take(cu.len() * 4);
                 for (dst, v) in t.as_mut_slice().chunks_exact_mut(4).zip(&cu) {
                     dst.copy_from_slice(&v.to_le_bytes());
@@ -885,11 +998,20 @@ impl Source for PackedSource {
                 )
             })
             .collect();
-        if self.options.pack == Pack::Document {
+        if varlen {
             out.push(("cu_seqlens".into(), Column::List(lists)));
+            out.push((
+                "max_seqlen".into(),
+                Column::Tensor(Tensor::new(DType::I32, vec![b], longest)),
+            ));
         }
         Some(Ok(out))
     }
+}
+
+/// The longest piece of a row whose pieces start at `cu` (then its end).
+fn max_seqlen(cu: &[i32]) -> i32 {
+    cu.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0)
 }
 
 /// The label the loss ignores (PyTorch's `ignore_index`).

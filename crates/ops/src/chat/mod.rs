@@ -134,7 +134,7 @@ pub enum Truncation {
     #[default]
     KeepStart,
     /// The end kept, and the system prompt (the tokens the first message renders to, when
-    /// it is a system message).
+    /// it is a system message, and they take at most half the row).
     KeepEnd,
     /// Left out (a counted skip).
     Drop,
@@ -846,7 +846,10 @@ impl ChatEncoder {
                     seq.labels.truncate(max);
                 }
                 Truncation::KeepEnd => {
-                    let keep = self.system_prefix(&seq, messages, tools, kwargs).min(max);
+                    // The system prompt is kept when it leaves at least half the row to the
+                    // end of the conversation.
+                    let system = self.system_prefix(&seq, messages, tools, kwargs);
+                    let keep = if system <= max / 2 { system } else { 0 };
                     let tail = seq.ids.len() - (max - keep);
                     seq.ids.drain(keep..tail);
                     seq.labels.drain(keep..tail);
