@@ -476,3 +476,52 @@ def test_cli_tokenize_chat_writes_parquet_that_opens(tmp_path, tokenizer_json):
     src = chute.dataset(str(out), seq_len=100_000, pack="pad", columns=["input_ids", "labels"])
     got = [np.asarray(b["labels"])[0].tolist() for b in chute.Loader(src, batch_size=1, shuffle=False)]
     assert got == [labels for _, _, labels in keep]
+
+
+def test_split_at_turn_boundaries(tmp_path, tokenizer_json):
+    """truncation="split": a conversation longer than seq_len becomes several, each its system
+    prompt and as many whole turns as fit, rendered by transformers as conversations of their
+    own; every part fits, and those that train are kept, counted."""
+    d = tokenizer_dir(tmp_path, tokenizer_json, "qwen2_5", training=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    convs = [c for c in conversations(80, seed=13, tools=False) if len(c["messages"]) >= 5]
+    keep = rendered_rows(tok, convs, True)
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _, _ in keep))
+    cut = sorted(len(ids) for _, ids, _ in keep)[len(keep) // 3]
+
+    def encode(msgs):
+        return reference(tok, {"messages": msgs}, True)
+
+    want, split = [], 0
+    for row, ids, labels in keep:
+        if len(ids) <= cut:
+            want.append((ids, [-100] + labels[1:]))
+            continue
+        split += 1
+        msgs = row["messages"]
+        head = 1 if msgs[0]["role"] == "system" else 0
+        turns = []
+        for i in range(head, len(msgs)):
+            if turns and msgs[i]["role"] != "user":
+                turns[-1][1] = i + 1
+            else:
+                turns.append([i, i + 1])
+        t = 0
+        while t < len(turns):
+            part = encode(msgs[:head] + msgs[turns[t][0]:turns[t][1]])
+            end = t + 1
+            while end < len(turns) and len(part[0]) <= cut:
+                longer = encode(msgs[:head] + msgs[turns[t][0]:turns[end][1]])
+                if len(longer[0]) > cut:
+                    break
+                part, end = longer, end + 1
+            i, l = part[0][:cut], part[1][:cut]
+            if any(x != -100 for x in l[1:]):
+                want.append((i, [-100] + l[1:]))
+            t = end
+    src, rows = chute_rows(path, d, seq_len=cut, truncation="split")
+    assert split > 0 and rows == want
+    assert all(len(i) <= cut for i, _ in rows)
+    s = src.stats["chat"]
+    assert s["split"] == split and s["documents"] == len(want) and s["rows"] == len(keep)

@@ -29,7 +29,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use chute_core::{EncodedRow, RowEncoder, Value};
+use chute_core::{EncodedRow, RowData, RowEncoder, Value};
 use chute_ops::chat::{ChatEncoder, ChatOptions, ChatTokenizer, Encoded, RowFields, Skip, row_of};
 use chute_pipeline::for_each_parallel;
 
@@ -60,7 +60,19 @@ impl ChatRows {
         }
     }
 
-    fn encode_one(&self, record: &Value) -> Result<EncodedRow, String> {
+    fn encode_one(&self, data: &RowData) -> Result<EncodedRow, String> {
+        let parsed;
+        let record = match data {
+            RowData::Record(r) => r,
+            RowData::Json(line) => {
+                parsed = Value::from_json(line)
+                    .map_err(|e| format!("not JSON ({e}); JSON Lines hold one object a line"))?;
+                if !matches!(parsed, Value::Record(..)) {
+                    return Err(format!("{}, not a JSON object", parsed.describe()));
+                }
+                &parsed
+            }
+        };
         let row = row_of(record, &self.fields)?;
         Ok(match self.encoder.encode(&row)? {
             Encoded::One(s) => EncodedRow::Kept {
@@ -68,6 +80,9 @@ impl ChatRows {
                 labels: s.labels,
                 truncated: s.truncated,
             },
+            Encoded::Split(parts) => {
+                EncodedRow::Split(parts.into_iter().map(|s| (s.ids, s.labels)).collect())
+            }
             Encoded::Pair(..) => {
                 return Err("a preference pair: read chosen and rejected with the chat op".into());
             }
@@ -93,7 +108,7 @@ impl RowEncoder for ChatRows {
         v
     }
 
-    fn encode_rows(&self, rows: &[Value]) -> Vec<Result<EncodedRow, String>> {
+    fn encode_rows(&self, rows: &[RowData]) -> Vec<Result<EncodedRow, String>> {
         let per = rows.len().div_ceil(self.workers * 8).max(1);
         let parts: Vec<Mutex<Vec<Result<EncodedRow, String>>>> = (0..rows.len().div_ceil(per))
             .map(|_| Mutex::new(Vec::new()))

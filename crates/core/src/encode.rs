@@ -29,8 +29,20 @@ pub enum EncodedRow {
         /// Whether the row was cut to a maximum length.
         truncated: bool,
     },
+    /// Several rows' ids and labels: one row split (a conversation at turn boundaries).
+    Split(Vec<(Vec<u32>, Vec<i64>)>),
     /// Left out, and why (a short name the source counts: `no_trained_token`, `too_long`).
     Skipped(&'static str),
+}
+
+/// A row as the opener hands it to a [`RowEncoder`]: a record, or the text of a JSON Lines
+/// line, parsed by the encoder on its own threads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowData {
+    /// A record of the encoder's fields (those the row has).
+    Record(crate::Value),
+    /// One line of JSON Lines: an object, by what the file says.
+    Json(bytes::Bytes),
 }
 
 /// Turns rows of records (chat conversations, prompts and completions) into token ids and
@@ -39,9 +51,9 @@ pub trait RowEncoder: Send + Sync + std::fmt::Debug {
     /// The fields a row is read with (those a file lacks are left out of its rows).
     fn fields(&self) -> Vec<String>;
 
-    /// Each of `rows` (records of [`RowEncoder::fields`]) encoded, in order; an error says
-    /// what was wrong with that row.
-    fn encode_rows(&self, rows: &[crate::Value]) -> Vec<Result<EncodedRow, String>>;
+    /// Each of `rows` encoded, in order; an error says what was wrong with that row (a line
+    /// that is not a JSON object included).
+    fn encode_rows(&self, rows: &[RowData]) -> Vec<Result<EncodedRow, String>>;
 
     /// Every id is below this.
     fn vocab_size(&self) -> usize;

@@ -70,7 +70,7 @@ mod value;
 pub use batch::{Batch, Column, Opaque, VarColumn};
 pub use buffer::{ALIGN, AlignedBuf, Allocator, BufferPool, PooledBuf};
 pub use dtype::{DType, Element, cast_into, check_cast};
-pub use encode::{EncodedRow, RowEncoder, TextEncoder};
+pub use encode::{EncodedRow, RowData, RowEncoder, TextEncoder};
 pub use error::{BoxError, ConfigError, Corruption, Error, OnError, Result, SampleRef, StateError};
 pub use limits::Limits;
 pub use manifest::{MANIFEST_VERSION, Manifest, ShardInfo};

@@ -251,6 +251,8 @@ impl PackedSource {
         p.insert("chat_rows".into(), counts.rows.into());
         p.insert("chat_kept".into(), counts.kept.into());
         p.insert("chat_truncated".into(), counts.truncated.into());
+        p.insert("chat_split".into(), counts.split.into());
+        p.insert("chat_documents".into(), counts.documents.into());
         for (why, n) in &counts.skipped {
             p.insert(format!("chat_skipped_{why}"), (*n).into());
         }

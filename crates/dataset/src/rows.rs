@@ -11,22 +11,27 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use chute_core::{ConfigError, DType, EncodedRow, Error, RowEncoder, Source, Value};
+use chute_core::{ConfigError, DType, EncodedRow, Error, RowData, RowEncoder, Source, Value};
 
 use crate::documents::Documents;
 use crate::text_files::TextFile;
 
-/// Gets a row, its file's name, `line` or `row`, and its number.
-type RowFn<'a> = dyn FnMut(Value, &str, &'static str, u64) -> Result<(), Error> + 'a;
+/// Gets a row, its file's name, `line` or `row`, its number, and where it starts (a byte
+/// offset, or the row's number).
+type RowFn<'a> = dyn FnMut(RowData, &str, &'static str, u64, u64) -> Result<(), Error> + 'a;
 
 /// Gets a kept row's ids and labels.
 pub type EncodedFn<'a> = dyn FnMut(&[u32], &[i64]) -> Result<(), Error> + 'a;
+
+/// Where a row is: its file, `line` or `row`, its number, its byte offset (or number).
+type Place = (Arc<str>, &'static str, u64, u64);
 
 /// Rows handed to the encoder at once.
 const CHUNK: usize = 4096;
 
 /// What the rows of a source became, counted (the packed source's manifest holds them:
-/// `chat_rows`, `chat_kept`, `chat_truncated`, `chat_skipped_<why>`).
+/// `chat_rows`, `chat_kept`, `chat_truncated`, `chat_split`, `chat_documents`,
+/// `chat_skipped_<why>`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RowCounts {
     /// Rows read.
@@ -35,28 +40,16 @@ pub struct RowCounts {
     pub kept: u64,
     /// Kept rows cut to the maximum length.
     pub truncated: u64,
+    /// Rows split into several (each part counted in `kept` once per row).
+    pub split: u64,
+    /// The documents made of the kept rows (a split row makes several).
+    pub documents: u64,
     /// Rows left out, by reason.
     pub skipped: Vec<(&'static str, u64)>,
 }
 
-/// The record of `wanted` fields of a JSON object (those it has).
-fn pick(object: &Value, wanted: &[String]) -> Option<Value> {
-    let Value::Record(keys, values) = object else {
-        return None;
-    };
-    let mut k: Vec<Arc<str>> = Vec::new();
-    let mut v = Vec::new();
-    for w in wanted {
-        if let Some(i) = keys.iter().position(|key| &**key == w.as_str()) {
-            k.push(Arc::clone(&keys[i]));
-            v.push(values[i].clone());
-        }
-    }
-    Some(Value::Record(k.into(), v))
-}
-
-/// Calls `each` with every row of `files` (a record of `fields`) and where it is (file name,
-/// `line` or `row`, its number), in order.
+/// Calls `each` with every row of `files` (a JSON Lines line, or a record of `fields`) and
+/// where it is, in order.
 fn read_rows(
     files: &mut dyn Iterator<Item = Result<TextFile, Error>>,
     fields: &[String],
@@ -65,29 +58,15 @@ fn read_rows(
     for file in files {
         match file? {
             TextFile::JsonLines { name, data } => {
-                let mut offset = 0u64;
+                let mut offset = 0usize;
                 for (i, line) in data.split(|&b| b == b'\n').enumerate() {
                     let at = offset;
-                    offset += line.len() as u64 + 1;
+                    offset += line.len() + 1;
                     if line.iter().all(u8::is_ascii_whitespace) {
                         continue;
                     }
-                    let line_no = i as u64 + 1;
-                    let value = Value::from_json(line).map_err(|e| {
-                        Error::corrupt(
-                            name.as_str(),
-                            at,
-                            format!("line {line_no} is not JSON ({e}); JSON Lines hold one object a line"),
-                        )
-                    })?;
-                    let Some(row) = pick(&value, fields) else {
-                        return Err(Error::corrupt(
-                            name.as_str(),
-                            at,
-                            format!("line {line_no} is {}, not a JSON object", value.describe()),
-                        ));
-                    };
-                    each(row, &name, "line", line_no)?;
+                    let row = RowData::Json(data.slice(at..at + line.len()));
+                    each(row, &name, "line", i as u64 + 1, at as u64)?;
                 }
             }
             TextFile::Records { name, source } => {
@@ -101,7 +80,13 @@ fn read_rows(
                             v.push(field.to_value());
                         }
                     }
-                    each(Value::Record(k.into(), v), &name, "row", row)?;
+                    each(
+                        RowData::Record(Value::Record(k.into(), v)),
+                        &name,
+                        "row",
+                        row,
+                        row,
+                    )?;
                 }
             }
             TextFile::Whole { name, .. } => {
@@ -129,17 +114,17 @@ pub fn encode_each(
 ) -> Result<RowCounts, Error> {
     let fields = encoder.fields();
     let mut counts = RowCounts::default();
-    let mut chunk: Vec<Value> = Vec::with_capacity(CHUNK);
-    let mut places: Vec<(String, &'static str, u64)> = Vec::with_capacity(CHUNK);
-    let mut flush = |chunk: &mut Vec<Value>,
-                     places: &mut Vec<(String, &'static str, u64)>,
+    let mut chunk: Vec<RowData> = Vec::with_capacity(CHUNK);
+    let mut places: Vec<Place> = Vec::with_capacity(CHUNK);
+    let mut flush = |chunk: &mut Vec<RowData>,
+                     places: &mut Vec<Place>,
                      counts: &mut RowCounts|
      -> Result<(), Error> {
         if chunk.is_empty() {
             return Ok(());
         }
         let out = encoder.encode_rows(chunk);
-        for (result, (file, what, at)) in out.into_iter().zip(places.iter()) {
+        for (result, (file, what, at, offset)) in out.into_iter().zip(places.iter()) {
             counts.rows += 1;
             match result {
                 Ok(EncodedRow::Kept {
@@ -148,8 +133,17 @@ pub fn encode_each(
                     truncated,
                 }) => {
                     counts.kept += 1;
+                    counts.documents += 1;
                     counts.truncated += u64::from(truncated);
                     each(&ids, &labels)?;
+                }
+                Ok(EncodedRow::Split(parts)) => {
+                    counts.kept += 1;
+                    counts.split += 1;
+                    for (ids, labels) in &parts {
+                        counts.documents += 1;
+                        each(ids, labels)?;
+                    }
                 }
                 Ok(EncodedRow::Skipped(why)) => {
                     match counts.skipped.iter_mut().find(|(w, _)| *w == why) {
@@ -159,8 +153,8 @@ pub fn encode_each(
                 }
                 Err(e) => {
                     return Err(Error::corrupt(
-                        file.as_str(),
-                        *at,
+                        &**file,
+                        *offset,
                         format!("{what} {at}: {e}"),
                     ));
                 }
@@ -170,9 +164,13 @@ pub fn encode_each(
         places.clear();
         Ok(())
     };
-    read_rows(files, &fields, &mut |row, file, what, at| {
+    let mut name: Arc<str> = Arc::from("");
+    read_rows(files, &fields, &mut |row, file, what, at, offset| {
         chunk.push(row);
-        places.push((file.to_string(), what, at));
+        if &*name != file {
+            name = Arc::from(file);
+        }
+        places.push((Arc::clone(&name), what, at, offset));
         if chunk.len() == CHUNK {
             flush(&mut chunk, &mut places, &mut counts)?;
         }

@@ -138,6 +138,9 @@ pub enum Truncation {
     KeepEnd,
     /// Left out (a counted skip).
     Drop,
+    /// Split at turn boundaries into conversations that fit, each with the system prompt
+    /// (rows of their own: the dataset path only).
+    Split,
 }
 
 impl std::str::FromStr for Truncation {
@@ -148,8 +151,9 @@ impl std::str::FromStr for Truncation {
             "keep_start" | "right" => Ok(Truncation::KeepStart),
             "keep_end" | "left" => Ok(Truncation::KeepEnd),
             "drop" => Ok(Truncation::Drop),
+            "split" => Ok(Truncation::Split),
             _ => Err(format!(
-                "{s:?} is not a truncation; use keep_start, keep_end or drop"
+                "{s:?} is not a truncation; use keep_start, keep_end, drop or split"
             )),
         }
     }
@@ -506,7 +510,10 @@ pub fn template_value(v: &chute_core::Value) -> Jv {
         V::Int(i) => Jv::from(*i),
         V::UInt(u) => Jv::from(*u),
         V::Float(f) => Jv::from(*f),
-        V::Text(b) => Jv::from(String::from_utf8_lossy(b).into_owned()),
+        V::Text(b) => match std::str::from_utf8(b) {
+            Ok(t) => Jv::from(t),
+            Err(_) => Jv::from(String::from_utf8_lossy(b).into_owned()),
+        },
         V::Bytes(b) => Jv::from_bytes(b.to_vec()),
         V::List(items) => Jv::from(items.iter().map(template_value).collect::<Vec<_>>()),
         V::Record(keys, values) => Jv::from_object(
@@ -719,6 +726,9 @@ pub enum Encoded {
     One(Sequence),
     /// A preference pair: the chosen and rejected sequences, each with the prompt masked.
     Pair(Sequence, Sequence),
+    /// A conversation longer than the maximum split at turn boundaries
+    /// ([`Truncation::Split`]), each part a conversation of its own.
+    Split(Vec<Sequence>),
     /// Left out, for this reason (counted by the caller).
     Skipped(Skip),
 }
@@ -800,6 +810,13 @@ impl ChatEncoder {
                     documents.as_ref(),
                     kwargs.as_ref(),
                 )?;
+                if self.options.truncation == Truncation::Split
+                    && let Some(max) = self.options.max_length
+                    && seq.ids.len() > max
+                {
+                    let parts = (tools.as_ref(), documents.as_ref(), kwargs.as_ref());
+                    return self.split(&messages, parts, max);
+                }
                 Ok(self.finish(seq, &messages, tools.as_ref(), kwargs.as_ref()))
             }
             Row::PromptCompletion {
@@ -841,7 +858,7 @@ impl ChatEncoder {
         {
             match self.options.truncation {
                 Truncation::Drop => return Encoded::Skipped(Skip::TooLong),
-                Truncation::KeepStart => {
+                Truncation::KeepStart | Truncation::Split => {
                     seq.ids.truncate(max);
                     seq.labels.truncate(max);
                 }
@@ -861,6 +878,64 @@ impl ChatEncoder {
             return Encoded::Skipped(Skip::NothingTrained);
         }
         Encoded::One(seq)
+    }
+
+    /// A conversation longer than `max` ids split at turn boundaries: its system messages,
+    /// then as many whole turns (a user message and what follows it up to the next) as fit in
+    /// `max`, each part rendered as a conversation of its own; a turn that does not fit alone
+    /// is cut at the end. Parts with nothing to train on are left out.
+    fn split(
+        &self,
+        messages: &[Jv],
+        (tools, documents, kwargs): (Option<&Jv>, Option<&Jv>, Option<&Jv>),
+        max: usize,
+    ) -> Result<Encoded, String> {
+        let head = messages
+            .iter()
+            .take_while(|m| role(m).as_deref() == Some("system"))
+            .count();
+        let mut turns: Vec<Range<usize>> = Vec::new();
+        for (i, m) in messages.iter().enumerate().skip(head) {
+            match turns.last_mut() {
+                Some(t) if role(m).as_deref() != Some("user") => t.end = i + 1,
+                _ => turns.push(i..i + 1),
+            }
+        }
+        let encode = |range: Range<usize>| -> Result<Sequence, String> {
+            let part: Vec<Jv> = messages[..head]
+                .iter()
+                .chain(&messages[range])
+                .cloned()
+                .collect();
+            self.messages(&part, tools, documents, kwargs)
+        };
+        let mut parts = Vec::new();
+        let mut t = 0;
+        while t < turns.len() {
+            let mut seq = encode(turns[t].start..turns[t].end)?;
+            let mut end = t + 1;
+            while end < turns.len() && seq.ids.len() <= max {
+                let longer = encode(turns[t].start..turns[end].end)?;
+                if longer.ids.len() > max {
+                    break;
+                }
+                seq = longer;
+                end += 1;
+            }
+            if seq.ids.len() > max {
+                seq.ids.truncate(max);
+                seq.labels.truncate(max);
+                seq.truncated = true;
+            }
+            if seq.trains() {
+                parts.push(seq);
+            }
+            t = end;
+        }
+        Ok(match parts.len() {
+            0 => Encoded::Skipped(Skip::NothingTrained),
+            _ => Encoded::Split(parts),
+        })
     }
 
     /// How many of `seq`'s first ids are the system prompt's: those of the first message

@@ -165,7 +165,7 @@ impl ChatTemplate {
         let template = self.env.get_template("chat").map_err(|e| describe(&e))?;
         BLOCKS.with(|b| b.set(0));
         let mut sink = Capped {
-            out: Vec::new(),
+            out: Vec::with_capacity(4096.min(max_bytes)),
             max: max_bytes,
         };
         template
@@ -229,20 +229,22 @@ fn strip_generation(text: String, blocks: usize) -> Result<Rendered, TemplateErr
     let mut out = String::with_capacity(text.len());
     let mut spans = Vec::with_capacity(blocks);
     let mut open: Vec<usize> = Vec::new();
-    for (i, c) in text.char_indices() {
-        let _ = i;
-        match c {
-            GEN_OPEN => open.push(out.len()),
-            GEN_CLOSE => {
-                let start = open.pop().unwrap_or(out.len());
-                // A block inside another counts once, as the outer one.
-                if open.is_empty() {
-                    spans.push(start..out.len());
-                }
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find([GEN_OPEN, GEN_CLOSE]) {
+        out.push_str(&rest[..at]);
+        let mark = rest[at..].chars().next().unwrap_or(GEN_OPEN);
+        if mark == GEN_OPEN {
+            open.push(out.len());
+        } else {
+            let start = open.pop().unwrap_or(out.len());
+            // A block inside another counts once, as the outer one.
+            if open.is_empty() {
+                spans.push(start..out.len());
             }
-            c => out.push(c),
         }
+        rest = &rest[at + mark.len_utf8()..];
     }
+    out.push_str(rest);
     spans.retain(|r: &Range<usize>| !r.is_empty());
     spans.sort_by_key(|r| r.start);
     Ok(Rendered {

@@ -151,6 +151,14 @@ impl ChatOp {
                     );
                 }
             }
+            Encoded::Split(_) => {
+                return Err(wrong(
+                    "longer than max_length, and truncation=\"split\" makes several rows of it: \
+                     split conversations with chute.dataset(..., chat=True), or cut them here \
+                     (keep_start, keep_end)"
+                        .into(),
+                ));
+            }
             Encoded::Skipped(Skip::NothingTrained) => {
                 return Err(wrong(
                     "no token of this conversation counts in the loss (no assistant turn to \
