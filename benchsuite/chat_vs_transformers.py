@@ -12,7 +12,7 @@ assistant-only labels, by
 - `torch.utils.data.DataLoader(num_workers=2)` over a `Dataset` whose `__getitem__` calls it
   for one conversation.
 
-    python benchsuite/chat_vs_transformers.py [--rows 4000] [--rounds 3]
+    python benchsuite/chat_vs_transformers.py [--rows 4000] [--rounds 3] [--shape long|short]
 
 Checks first that all three give identical ids and labels, then reports tokens per second,
 the median of `--rounds` interleaved rounds, and chute's ratios. Needs transformers,
@@ -41,19 +41,19 @@ def sentence(rng, lo, hi):
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi)))
 
 
-def conversations(n, seed=0, turns=(1, 6)):
+def conversations(n, seed=0, turns=(1, 6), words=(10, 150)):
     rng = random.Random(seed)
     out = []
     for _ in range(n):
         msgs = [{"role": "system", "content": "You are a helpful assistant. " + sentence(rng, 0, 20)}]
         tools = rng.random() < 0.2
         for t in range(rng.randint(*turns)):
-            msgs.append({"role": "user", "content": sentence(rng, 5, 60)})
+            msgs.append({"role": "user", "content": sentence(rng, max(words[0] // 2, 1), max(words[1] * 2 // 5, 2))})
             if tools and t == 0:
                 msgs.append({"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
                     "name": "get_weather", "arguments": {"city": rng.choice(["Paris", "東京"])}}}]})
                 msgs.append({"role": "tool", "content": "22 degrees"})
-            msgs.append({"role": "assistant", "content": sentence(rng, 10, 150)})
+            msgs.append({"role": "assistant", "content": sentence(rng, *words)})
         out.append({"messages": msgs, "tools": TOOLS if tools else None})
     return out
 
@@ -82,6 +82,8 @@ def main():
     ap.add_argument("--rows", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--shape", choices=["long", "short"], default="long",
+                    help="long: 1-6 turns of replies of 10-150 words; short: one turn of 5-40")
     args = ap.parse_args()
 
     import datasets
@@ -95,7 +97,8 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix="chute-chat-"))
     folder = tokenizer_folder(tmp)
     tok = transformers.AutoTokenizer.from_pretrained(str(folder))
-    rows = conversations(args.rows)
+    shape = {"long": dict(turns=(1, 6), words=(10, 150)), "short": dict(turns=(1, 1), words=(5, 40))}
+    rows = conversations(args.rows, **shape[args.shape])
     path = tmp / "chats.jsonl"
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
@@ -175,7 +178,8 @@ def main():
             times[name].append(time.perf_counter() - t)
             total = n
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"{args.rows} conversations, {total:,} tokens, median of {args.rounds} rounds, end to end")
+    print(f"{args.rows} {args.shape} conversations, {total:,} tokens, median of {args.rounds} "
+          f"rounds, end to end")
     for name, t in med.items():
         print(f"  {name:14s} {total / t:12,.0f} tokens/s  ({t:.2f} s)")
     for peer in ("datasets.map", "DataLoader"):
