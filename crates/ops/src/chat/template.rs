@@ -262,7 +262,8 @@ fn rewrite_generation(source: &str) -> (String, bool) {
     while let Some(at) = rest.find("{%") {
         out.push_str(&rest[..at]);
         let tag = &rest[at..];
-        let Some(end) = tag.find("%}") else {
+        // The tag's end, after its `{%` (`{%}` is not a tag's end).
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
             out.push_str(tag);
             rest = "";
             break;
