@@ -140,9 +140,10 @@ def dataset(
     (``train_on``: ``"assistant"``, ``"last"`` or ``"all"``; ``train_on_eos``; a message's
     ``train`` flag is honoured). Prompts and completions are masked as TRL's ``SFTTrainer``
     masks them. A row longer than ``seq_len`` is cut (``truncation``: ``"keep_start"``,
-    ``"keep_end"`` keeping the system prompt, or ``"drop"``); a row with no trained token is
-    left out; the counts are in the source's manifest (``chat_rows``, ``chat_kept``,
-    ``chat_truncated``, ``chat_skipped_*``). Rows are packed by ``pack`` (``"pad"``, one
+    ``"keep_end"`` keeping the system prompt, ``"drop"``, or ``"split"`` into conversations of
+    the system prompt and whole turns that fit); a row with no trained token is
+    left out; the counts are in ``Source.stats`` and ``Loader.stats()["source"]`` (``chat``:
+    ``rows``, ``kept``, ``truncated``, ``split``, ``documents``, ``skipped_*``). Rows are packed by ``pack`` (``"pad"``, one
     conversation a row, by default; ``best_fit`` and ``document`` give ``position_ids`` that
     restart at each conversation, ``cu_seqlens`` and ``max_seqlen``).
 

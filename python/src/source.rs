@@ -217,7 +217,8 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// `chat_template_kwargs`), prompts and completions, or instruction records: each rendered
 /// with the chat template as `transformers`' `apply_chat_template` renders it, tokenized, and
 /// labelled (-100 where the loss does not count: `train_on` = `assistant`, `last` or `all`;
-/// `train_on_eos`), cut to `seq_len` (`truncation` = `keep_start`, `keep_end` or `drop`), and
+/// `train_on_eos`), cut to `seq_len` (`truncation` = `keep_start`, `keep_end`, `drop` or
+/// `split` at turn boundaries), and
 /// packed (`pad` by default: one conversation a row). `chat_date` pins `strftime_now`.
 /// `padding_free` (`pack="pad"`): a batch is its rows end to end, `[1, N]`, with
 /// `position_ids`, `cu_seqlens` and `max_seqlen`, as `DataCollatorWithFlattening` gives them.
@@ -393,6 +394,13 @@ pub(crate) fn dataset(
         let table = py
             .import("chute._loader")?
             .call_method1("_hf_arrow", (paths,))?;
+        if table.is_none() {
+            return Err(errors::from_config(chute::ConfigError::new(
+                "paths",
+                "a datasets.Dataset with a Python transform (set_transform, with_transform) \
+                 has no Arrow table to read rows from: pass the dataset without it",
+            )));
+        }
         let table: PyRef<'_, Source> = table.extract()?;
         let inner = Arc::clone(&table.inner);
         let name = table

@@ -37,6 +37,7 @@
 //! | `text` | UTF-8 bytes | text |
 //! | `json` | JSON bytes | a number a scalar, a list of numbers a 1-D array, a string text; anything else (an object, null, other lists) a nested value ([`chute_core::Value`]: a dict or list in Python, as `json.loads` gives it) |
 //! | `tokenize` (`tokenizer`: a `tokenizer.json`; `add_special_tokens` = true; `bos`, `eos`: an id or a token; `max_length`; `prompt`, `labels`: see [`Op::Tokenize`]) | UTF-8 text or bytes | `int64 [n]` token ids, as Hugging Face's `tokenizers` gives them (feature `tokenizers`); with `prompt`, the prompt's ids then this field's, and `labels` with the prompt's as -100 |
+//! | `chat` (`tokenizer`: a tokenizer folder; `chat_template`, `template_name`, `train_on`, `train_on_eos`, `max_length`, `truncation`, `kwargs`, `date`, `tools`, `completion`, `chosen`, `rejected`, `labels`: see [`Op::Chat`]) | a conversation's messages (or a prompt, or a chosen completion), with the sample's other fields it names | `int64 [n]` ids rendered with the chat template as `transformers` renders them, and `labels` (-100 where the loss does not count), see [`crate::chat`] (feature `chat`); a preference pair gives `chosen_input_ids`, `chosen_labels`, `rejected_input_ids`, `rejected_labels`; its field's only op |
 //!
 //! Output sizes are at most 65,535 a side and 178,956,970 pixels (PIL's bomb limit): a spec
 //! asking for more is refused when built, and a `resize` of the shorter side that would give
