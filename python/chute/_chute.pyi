@@ -92,6 +92,8 @@ def dataset(
     chat_date: Optional[str] = None,
     messages_field: str = "messages",
     padding_free: bool = False,
+    add_generation_prompt: bool = False,
+    continue_final_message: bool = False,
 ) -> Source:
     """Any dataset: shard files or URLs, brace patterns, globs, a folder (its shards, sorted, or
     its ``manifest.json``) or a ``manifest.json``; ``format`` ("tokens", "webdataset",
@@ -133,7 +135,9 @@ def dataset(
     chat template as ``transformers``' ``apply_chat_template`` renders it (``chat_template``:
     a template's text or a ``.jinja`` file instead; ``chat_template_name`` picks a named one;
     ``chat_template_kwargs`` adds variables such as ``enable_thinking``; ``chat_date`` pins
-    ``strftime_now``, by default today in UTC), tokenized without adding special tokens, and
+    ``strftime_now``, by default today in UTC; ``add_generation_prompt`` and
+    ``continue_final_message`` as ``apply_chat_template`` takes them), tokenized without
+    adding special tokens, and
     labelled: ``labels`` holds the id where the loss counts it and -100 elsewhere, the
     ``{% generation %}`` blocks' tokens where the template has them (exactly
     ``return_assistant_tokens_mask``), else each assistant reply through its end-of-turn token

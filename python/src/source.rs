@@ -219,7 +219,8 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 /// labelled (-100 where the loss does not count: `train_on` = `assistant`, `last` or `all`;
 /// `train_on_eos`), cut to `seq_len` (`truncation` = `keep_start`, `keep_end`, `drop` or
 /// `split` at turn boundaries), and
-/// packed (`pad` by default: one conversation a row). `chat_date` pins `strftime_now`.
+/// packed (`pad` by default: one conversation a row). `chat_date` pins `strftime_now`;
+/// `add_generation_prompt` and `continue_final_message` render as `apply_chat_template` does.
 /// `padding_free` (`pack="pad"`): a batch is its rows end to end, `[1, N]`, with
 /// `position_ids`, `cu_seqlens` and `max_seqlen`, as `DataCollatorWithFlattening` gives them.
 #[pyfunction]
@@ -231,7 +232,8 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
                     tokenizer=None, text_field="text", add_special_tokens=true, chat=None,
                     chat_template=None, chat_template_name=None, chat_template_kwargs=None,
                     train_on="assistant", train_on_eos=true, truncation="keep_start",
-                    chat_date=None, messages_field="messages", padding_free=false))]
+                    chat_date=None, messages_field="messages", padding_free=false,
+                    add_generation_prompt=false, continue_final_message=false))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dataset(
     py: Python<'_>,
@@ -271,6 +273,8 @@ pub(crate) fn dataset(
     chat_date: Option<String>,
     messages_field: &str,
     padding_free: bool,
+    add_generation_prompt: bool,
+    continue_final_message: bool,
 ) -> PyResult<Source> {
     let chat = chat.unwrap_or(chat_template.is_some());
     let rows = if chat {
@@ -308,6 +312,8 @@ pub(crate) fn dataset(
             truncation: truncation.parse().map_err(|e| config("truncation", e))?,
             kwargs,
             template_name: chat_template_name,
+            add_generation_prompt,
+            continue_final_message,
         };
         let now = chute::ops::chat::chat_time(chat_date.as_deref())
             .map_err(|e| config("chat_date", e))?;

@@ -525,3 +525,26 @@ def test_split_at_turn_boundaries(tmp_path, tokenizer_json):
     assert all(len(i) <= cut for i, _ in rows)
     s = src.stats["chat"]
     assert s["split"] == split and s["documents"] == len(want) and s["rows"] == len(keep)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5", "llama3_1", "mistral"])
+def test_generation_prompt_and_continue_final_message(tmp_path, tokenizer_json, family):
+    """add_generation_prompt and continue_final_message render as apply_chat_template renders
+    them (the final message left open: cut after its content)."""
+    d = tokenizer_dir(tmp_path, tokenizer_json, family)
+    tok = transformers.AutoTokenizer.from_pretrained(str(d))
+    convs = conversations(40, seed=17, tools=False)
+    for option in ["add_generation_prompt", "continue_final_message"]:
+        keep = []
+        for row in convs:
+            msgs = row["messages"] if option == "continue_final_message" else row["messages"][:-1]
+            try:
+                ids = tok.apply_chat_template(msgs, tokenize=True, return_dict=True, **{option: True})["input_ids"]
+            except Exception:
+                continue
+            keep.append(({"messages": msgs}, list(ids)))
+        assert len(keep) >= 10, (family, option)
+        path = tmp_path / f"{option}.jsonl"
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _ in keep))
+        _, rows = chute_rows(path, d, train_on="all", **{option: True})
+        assert [ids for ids, _ in rows] == [ids for _, ids in keep], (family, option)

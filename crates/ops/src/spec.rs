@@ -256,6 +256,12 @@ pub enum Op {
         /// The labels field's name (default `labels`).
         #[serde(default)]
         labels: Option<String>,
+        /// Render with the assistant's header after the conversation.
+        #[serde(default)]
+        add_generation_prompt: bool,
+        /// Leave the last message open (`transformers`' `continue_final_message`).
+        #[serde(default)]
+        continue_final_message: bool,
     },
 }
 

@@ -177,6 +177,12 @@ pub struct ChatOptions {
     /// Which of a tokenizer's named templates to use (default: `tool_use` for a row with
     /// tools when there is one, else `default`).
     pub template_name: Option<String>,
+    /// A conversation rendered with the assistant's header after it (`add_generation_prompt`:
+    /// prompts for evaluation or generation).
+    pub add_generation_prompt: bool,
+    /// A conversation whose last message is left open, as `transformers`'
+    /// `continue_final_message` leaves it: rendered, then cut after that message's content.
+    pub continue_final_message: bool,
 }
 
 impl Default for ChatOptions {
@@ -188,6 +194,8 @@ impl Default for ChatOptions {
             truncation: Truncation::KeepStart,
             kwargs: Vec::new(),
             template_name: None,
+            add_generation_prompt: false,
+            continue_final_message: false,
         }
     }
 }
@@ -782,14 +790,16 @@ impl ChatEncoder {
             serde_json::to_string(&o.kwargs.iter().cloned().collect::<serde_json::Map<_, _>>())
                 .unwrap_or_default();
         format!(
-            "chat:{:016x}:{:?}:eos={}:max={:?}:{:?}:{:016x}:{:?}",
+            "chat:{:016x}:{:?}:eos={}:max={:?}:{:?}:{:016x}:{:?}:gen={}:cont={}",
             self.chat.digest,
             o.train_on,
             o.train_on_eos,
             o.max_length,
             o.truncation,
             digest(kw.as_bytes()),
-            o.template_name
+            o.template_name,
+            o.add_generation_prompt,
+            o.continue_final_message
         )
     }
 
@@ -1024,7 +1034,12 @@ impl ChatEncoder {
         documents: Option<&Jv>,
         kwargs: Option<&Jv>,
     ) -> Result<Sequence, String> {
-        let (r, probed) = self.render(messages, tools, documents, kwargs, false)?;
+        let (r, probed) = if self.options.continue_final_message {
+            self.render_continued(messages, tools, documents, kwargs)?
+        } else {
+            let prompt = self.options.add_generation_prompt;
+            self.render(messages, tools, documents, kwargs, prompt)?
+        };
         let spans = if self.options.train_on == TrainOn::All {
             std::iter::once(0..r.text.len()).collect()
         } else {
@@ -1036,6 +1051,71 @@ impl ChatEncoder {
             ids,
             truncated: false,
         })
+    }
+
+    /// `continue_final_message`, as `transformers` does it: the last message's content (or
+    /// its last text part) tagged, the conversation rendered, and the text cut where the tag
+    /// is (and its trailing space too when the template trimmed the tag's).
+    fn render_continued(
+        &self,
+        messages: &[Jv],
+        tools: Option<&Jv>,
+        documents: Option<&Jv>,
+        kwargs: Option<&Jv>,
+    ) -> Result<(Rendered, &Probed), String> {
+        const TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
+        if self.options.add_generation_prompt {
+            return Err(
+                "continue_final_message and add_generation_prompt are not compatible".into(),
+            );
+        }
+        let Some((last, head)) = messages.split_last() else {
+            return Err("continue_final_message is set but the conversation is empty".into());
+        };
+        let content = last.get_attr("content").unwrap_or_default();
+        let tagged = |text: &str| Jv::from(format!("{text}{TAG}"));
+        let (final_text, new_content) = match content.as_str() {
+            Some(t) => (t.to_string(), tagged(t)),
+            None if content.kind() == ValueKind::Seq => {
+                let mut parts: Vec<Jv> = content.try_iter().map_err(|e| e.to_string())?.collect();
+                let Some(at) = parts
+                    .iter()
+                    .rposition(|p| p.get_attr("text").is_ok_and(|t| t.as_str().is_some()))
+                else {
+                    return Err("continue_final_message is set but the final message has no text to continue".into());
+                };
+                let text = parts[at].get_attr("text").unwrap_or_default();
+                let text = text.as_str().unwrap_or_default().to_string();
+                parts[at] = with_field(&parts[at], "text", tagged(&text))?;
+                (text, Jv::from(parts))
+            }
+            None => {
+                return Err("continue_final_message is set but the final message has no content to continue".into());
+            }
+        };
+        let mut all = head.to_vec();
+        all.push(with_field(last, "content", new_content)?);
+        let (mut r, t) = self.render(&all, tools, documents, kwargs, false)?;
+        let tag = TAG.trim();
+        let Some(at) = r
+            .text
+            .rfind(tag)
+            .filter(|_| r.text.contains(final_text.trim()))
+        else {
+            return Err("continue_final_message is set but the final message does not appear in the rendered text (the template changes it)".into());
+        };
+        let end = if r.text[at..].starts_with(TAG) {
+            at
+        } else {
+            r.text[..at].trim_end().len()
+        };
+        r.text.truncate(end);
+        for s in &mut r.generation {
+            s.end = s.end.min(end);
+            s.start = s.start.min(end);
+        }
+        r.generation.retain(|s| !s.is_empty());
+        Ok((r, t))
     }
 
     /// The byte ranges of the rendered text that count in the loss.
@@ -1270,6 +1350,17 @@ fn extract_prompt(chosen: &Jv, rejected: &Jv) -> Result<(Jv, Jv, Jv), String> {
         Jv::from(c[idx..].to_vec()),
         Jv::from(r[idx..].to_vec()),
     ))
+}
+
+/// `map` (a dict) with `key` set to `value`, in its place or last.
+fn with_field(map: &Jv, key: &str, value: Jv) -> Result<Jv, String> {
+    let mut d = indexmap::IndexMap::new();
+    for k in map.try_iter().map_err(|e| e.to_string())? {
+        let v = map.get_item(&k).unwrap_or_default();
+        d.insert(k, v);
+    }
+    d.insert(Jv::from(key), value);
+    Ok(Jv::from_object(d))
 }
 
 /// `ids` with the first `n` labelled [`IGNORE`].

@@ -44,6 +44,8 @@ impl ChatOp {
             chosen,
             rejected,
             labels,
+            add_generation_prompt,
+            continue_final_message,
         } = op
         else {
             return Err("not a chat op".into());
@@ -57,6 +59,8 @@ impl ChatOp {
             truncation: truncation.as_deref().unwrap_or("keep_start").parse()?,
             kwargs: kwargs.clone().unwrap_or_default().into_iter().collect(),
             template_name: template_name.clone(),
+            add_generation_prompt: *add_generation_prompt,
+            continue_final_message: *continue_final_message,
         };
         let mut fields = RowFields::default();
         if let Some(t) = tools {
