@@ -1201,7 +1201,14 @@ impl ChatEncoder {
                             probed.header
                         ));
                     }
-                    (None, None) => cursor,
+                    // An empty reply without a header: just its end-of-turn token, if any.
+                    (None, None) => {
+                        let eot = probed.eot.trim_start();
+                        (!eot.is_empty())
+                            .then(|| text[cursor..].find(eot))
+                            .flatten()
+                            .map_or(cursor, |p| cursor + p)
+                    }
                 };
                 let end = if core.is_empty() {
                     start
