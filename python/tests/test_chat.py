@@ -47,6 +47,10 @@ FAMILIES = {
     "deepseekv3": ("deepseekv3", "deepseekv3_training", {
         "bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
         "eos_token": "<\uff5cend\u2581of\u2581sentence\uff5c>"}),
+    "nemotron3": ("nemotron_3_nano", "nemotron_3_nano_training", {"eos_token": "<|im_end|>"}),
+    "qwen3_5": ("qwen3_5_think", "qwen3_5_think_training", {"eos_token": "<|im_end|>"}),
+    "gemma4": ("gemma4", None, {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}),
+    "gptoss": ("gptoss", "gptoss_training", {"eos_token": "<|return|>"}),
     "deepseek_r1": ("deepseek_r1_distill", None, {
         "bos_token": "<\uff5cbegin\u2581of\u2581sentence\uff5c>",
         "eos_token": "<\uff5cend\u2581of\u2581sentence\uff5c>"}),
@@ -171,7 +175,7 @@ def test_generation_templates_match_transformers(tmp_path, tokenizer_json, famil
     apply_chat_template(tokenize=True, return_assistant_tokens_mask=True)."""
     d = tokenizer_dir(tmp_path, tokenizer_json, family, training=True)
     tok = transformers.AutoTokenizer.from_pretrained(str(d))
-    convs = conversations(120, seed=hash(family) % 1000, reasoning=family == "qwen3")
+    convs = conversations(120, seed=sum(map(ord, family)), reasoning=family in ("qwen3", "qwen3_5", "gptoss", "nemotron3"))
     keep = rendered_rows(tok, convs, True)
     assert len(keep) >= 20, f"{family}: transformers rendered only {len(keep)}"
     path = tmp_path / "chats.jsonl"
@@ -193,7 +197,7 @@ def test_original_templates_ids_and_assistant_spans(tmp_path, tokenizer_json, fa
     token, and nothing of the system, user or tool messages."""
     d = tokenizer_dir(tmp_path, tokenizer_json, family)
     tok = transformers.AutoTokenizer.from_pretrained(str(d))
-    convs = conversations(80, seed=7, reasoning=family in ("qwen3", "deepseek_r1"))
+    convs = conversations(80, seed=7, reasoning=family in ("qwen3", "qwen3_5", "deepseek_r1", "gptoss", "nemotron3"))
     keep = rendered_rows(tok, convs, False)
     assert len(keep) >= 10, f"{family}: transformers rendered only {len(keep)}"
     path = tmp_path / "chats.jsonl"

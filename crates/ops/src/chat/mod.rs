@@ -430,30 +430,47 @@ fn probe(p: &mut Probed, specials: &[(String, String)], special_tokens: &[String
         (Some(a), Some(b)) => b.strip_prefix(a.as_str()).map(str::to_string),
         _ => None,
     };
-    let with_reply = render(vec![user, message("assistant", PROBE_ASSISTANT)], false);
+    let with_reply = render(
+        vec![user.clone(), message("assistant", PROBE_ASSISTANT)],
+        false,
+    );
     let in_history = match (&alone, &with_reply) {
         (Some(a), Some(t)) => t
             .strip_prefix(a.as_str())
             .and_then(|rest| rest.find(PROBE_ASSISTANT).map(|at| rest[..at].to_string())),
         _ => None,
     };
-    p.header = match (
-        prompted.filter(|h| !h.is_empty()),
-        in_history.filter(|h| !h.is_empty()),
-    ) {
-        (Some(g), Some(h)) => {
-            let n = g
-                .char_indices()
-                .zip(h.chars())
-                .take_while(|((_, a), b)| a == b)
-                .last()
-                .map_or(0, |((i, c), _)| i + c.len_utf8());
-            g[..n].to_string()
-        }
-        (Some(g), None) => g,
-        (None, Some(h)) => h,
-        (None, None) => String::new(),
+    // An earlier reply's header (Qwen 3.5 renders a think block before the last reply only).
+    let earlier = match &alone {
+        Some(a) => render(
+            vec![
+                user.clone(),
+                message("assistant", PROBE_ASSISTANT),
+                message("user", PROBE_USER),
+                message("assistant", PROBE_USER),
+            ],
+            false,
+        )
+        .and_then(|t| {
+            let rest = t.strip_prefix(a.as_str())?;
+            rest.find(PROBE_ASSISTANT).map(|at| rest[..at].to_string())
+        }),
+        None => None,
     };
+    let common = |a: &str, b: &str| -> usize {
+        a.char_indices()
+            .zip(b.chars())
+            .take_while(|((_, x), y)| x == y)
+            .last()
+            .map_or(0, |((i, c), _)| i + c.len_utf8())
+    };
+    // The header is what they all start with.
+    p.header = [prompted, in_history, earlier]
+        .into_iter()
+        .flatten()
+        .filter(|h| !h.is_empty())
+        .reduce(|a, b| a[..common(&a, &b)].to_string())
+        .unwrap_or_default();
     if let Some(t) = with_reply
         && let Some(at) = t.find(PROBE_ASSISTANT)
     {
@@ -1229,7 +1246,13 @@ impl ChatEncoder {
             if is_assistant && !probed.eot.is_empty() {
                 let eot = probed.eot.trim_start();
                 let from = content_end.max(start);
-                if let Some(p) = text[from..].find(eot) {
+                // Its own end-of-turn token: one before the next assistant header (gpt-oss
+                // ends earlier turns otherwise than the last).
+                let limit = (!probed.header.is_empty())
+                    .then(|| text[from..].find(probed.header.as_str()))
+                    .flatten()
+                    .map_or(text.len(), |p| from + p);
+                if let Some(p) = text[from..limit].find(eot) {
                     let at = from + p;
                     turn_end = at + eot.len();
                     end = if self.options.train_on_eos {

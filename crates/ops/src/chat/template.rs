@@ -132,6 +132,13 @@ impl ChatTemplate {
             },
         );
         env.add_function("strftime_now", move |format: String| strftime(now, &format));
+        // Python's `iter()`: `none is iterable` is false in Jinja2 (MiniJinja iterates none as
+        // empty), an undefined value's is true.
+        env.add_test("iterable", |v: Value| match v.kind() {
+            ValueKind::None | ValueKind::Bool | ValueKind::Number => false,
+            ValueKind::Plain => v.try_iter().is_ok(),
+            _ => true,
+        });
         env.add_filter("_chute_generation", |body: String| {
             BLOCKS.with(|b| b.set(b.get() + 1));
             let mut s = String::with_capacity(body.len() + 6);
@@ -358,6 +365,11 @@ mod tests {
             "{'k': [1, 'é<'], 'n': None}|None|True|1.0|{\"k\": [1, \"é<\"], \"n\": null}|\
              ['a', 'b']|[3, 2, 1]|q|True"
         );
+        // Tests as Jinja2's: none is not iterable.
+        let t =
+            "{{ tools is iterable }}|{{ x is iterable }}|{{ 'a' is iterable }}|{{ 3 is iterable }}";
+        let r = render(t, serde_json::json!({"tools": null, "x": [1]})).unwrap();
+        assert_eq!(r.text, "False|True|True|False");
         // trim_blocks and lstrip_blocks, loop controls.
         let t = "{% for i in [1, 2, 3] %}\n  {% if i == 2 %}{% continue %}{% endif %}\n{{ i }}\n{% endfor %}";
         assert_eq!(render(t, serde_json::json!({})).unwrap().text, "1\n3\n");
