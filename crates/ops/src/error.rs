@@ -89,6 +89,34 @@ pub enum OpError {
         /// What it got and what it takes.
         reason: String,
     },
+    /// The bytes are in no audio container chute reads (WAV, AIFF, CAF, FLAC, MP3, Ogg,
+    /// MKV/WebM, MP4/M4A, ADTS AAC, told by their content).
+    #[error("not audio chute decodes ({})", describe_start(*.len, .head))]
+    NotAudio {
+        /// The number of bytes.
+        len: usize,
+        /// Their first bytes (up to 8).
+        head: Vec<u8>,
+    },
+    /// An audio stream that is corrupt or cut short: repair the file, or skip the sample.
+    #[error("corrupt or truncated audio: {reason}")]
+    CorruptAudio {
+        /// What the demuxer or decoder found.
+        reason: String,
+    },
+    /// An audio codec or container feature chute's decoders lack, or a codec library that
+    /// is not installed (libopus): the message says which.
+    #[error("unsupported audio: {reason}")]
+    UnsupportedAudio {
+        /// What is missing.
+        reason: String,
+    },
+    /// Audio beyond the op's limits (channels, rate, seconds decoded).
+    #[error("audio too large: {reason}; raise the op's limit if that much is expected")]
+    AudioTooLarge {
+        /// The limit and what the stream has.
+        reason: String,
+    },
     /// The sample has none of the names the pipeline looks for: name the field the data has,
     /// or mark it optional.
     #[error("no such field (the sample has {have:?})")]
@@ -122,8 +150,10 @@ impl OpError {
     /// `CorruptDataError.kind` holds for a sample an op refused.
     pub fn corruption(&self) -> Corruption {
         match self {
-            OpError::UnsupportedImage { .. } => Corruption::Unsupported,
-            OpError::ImageTooLarge { .. } => Corruption::TooLarge,
+            OpError::UnsupportedImage { .. } | OpError::UnsupportedAudio { .. } => {
+                Corruption::Unsupported
+            }
+            OpError::ImageTooLarge { .. } | OpError::AudioTooLarge { .. } => Corruption::TooLarge,
             OpError::BadNpy { kind, .. } => *kind,
             _ => Corruption::Malformed,
         }

@@ -7,7 +7,7 @@
 //!
 //! - [`SampleOps`] ([`spec`]): ops per field declared as data (JSON), the same from Rust, the
 //!   CLI and Python: image decoding and torchvision-style augmentation ([`image`]), labels,
-//!   `.npy`, JSON and text. The ops are checked and compiled into steps when it is built,
+//!   `.npy`, JSON and text; audio decoding, resampling and speech features ([`audio`]). The ops are checked and compiled into steps when it is built,
 //!   with the fusions decided then (region decoding, writing straight into the batch slot).
 //! - [`BadData`]: a sample's field the ops cannot use, and what was wrong with it, an
 //!   [`OpError`] (an undecodable, unsupported or too large image, a bad label, ...).
@@ -29,6 +29,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "audio")]
+pub mod audio;
 #[cfg(feature = "chat")]
 pub mod chat;
 mod error;

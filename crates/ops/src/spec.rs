@@ -263,6 +263,183 @@ pub enum Op {
         #[serde(default)]
         continue_final_message: bool,
     },
+    /// Encoded audio (WAV, FLAC, MP3, Ogg Vorbis or Opus, Opus in WebM, AAC or ALAC in MP4,
+    /// ..., told by the content) to `float32 [channels, frames]` in [-1, 1] (feature `audio`;
+    /// see [`crate::audio`]).
+    DecodeAudio {
+        /// One channel, the mean of all: `float32 [frames]` (as `datasets`' `Audio` gives).
+        #[serde(default)]
+        mono: bool,
+        /// Resample to this rate (see [`Op::Resample`]).
+        #[serde(default)]
+        sample_rate: Option<u32>,
+        /// Most seconds a stream may decode to (default 3,600): longer is a data error.
+        #[serde(default = "default_max_seconds")]
+        max_seconds: f64,
+        /// Most channels a stream may have (default 64).
+        #[serde(default = "default_max_channels")]
+        max_channels: usize,
+    },
+    /// Audio to another rate: a band-limited polyphase windowed-sinc filter designed as
+    /// soxr's high quality preset is (see [`crate::audio::resample`]).
+    Resample {
+        /// The rate, frames per second.
+        sample_rate: u32,
+    },
+    /// Audio cut or zero-padded to a fixed length; when padded, a `<name>_mask` field (bool,
+    /// the audio's shape) is true where audio is.
+    CropAudio {
+        /// The length in seconds (or give `samples`).
+        #[serde(default)]
+        seconds: Option<f64>,
+        /// The length in frames.
+        #[serde(default)]
+        samples: Option<usize>,
+        /// A random offset (drawn from the sample's RNG) instead of the start.
+        #[serde(default)]
+        random: bool,
+    },
+    /// Whisper's log-mel spectrogram of 16 kHz mono audio, `float32 [n_mels, frames]` (see
+    /// [`crate::audio::features::log_mel`]).
+    LogMel {
+        /// 80 (Whisper up to large-v2) or 128 (large-v3).
+        #[serde(default = "default_n_mels")]
+        n_mels: usize,
+        /// Pad or cut the audio to this many samples first (default 480,000, Whisper's 30 s:
+        /// 3,000 frames); `null` keeps its length.
+        #[serde(default = "default_n_samples")]
+        n_samples: Option<usize>,
+    },
+    /// Kaldi filter banks, as `torchaudio.compliance.kaldi.fbank` computes them, `float32
+    /// [frames, bins]` (see [`FbankOptions`] for the options and their defaults).
+    Fbank(FbankOptions),
+    /// SpecAugment's masks on `log_mel` or `fbank` features: frequency bands and time spans
+    /// set to `value`, drawn from the sample's RNG.
+    SpecAugment {
+        /// Frequency masks (default 2).
+        #[serde(default = "two")]
+        freq_masks: usize,
+        /// Widest frequency mask, bins (torchaudio's `freq_mask_param`; default 27).
+        #[serde(default = "default_freq_width")]
+        freq_width: usize,
+        /// Time masks (default 2).
+        #[serde(default = "two")]
+        time_masks: usize,
+        /// Widest time mask, frames (torchaudio's `time_mask_param`; default 100).
+        #[serde(default = "default_time_width")]
+        time_width: usize,
+        /// Widest time mask as a fraction of the frames (torchaudio's `p`; default 1).
+        #[serde(default = "one")]
+        max_time_ratio: f64,
+        /// What masked values become (default 0).
+        #[serde(default)]
+        value: f32,
+    },
+}
+
+fn default_max_seconds() -> f64 {
+    3600.0
+}
+
+fn default_max_channels() -> usize {
+    64
+}
+
+fn default_n_mels() -> usize {
+    80
+}
+
+#[allow(clippy::unnecessary_wraps)]
+fn default_n_samples() -> Option<usize> {
+    Some(480_000)
+}
+
+fn two() -> usize {
+    2
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn default_freq_width() -> usize {
+    27
+}
+
+fn default_time_width() -> usize {
+    100
+}
+
+/// `torchaudio.compliance.kaldi.fbank`'s options that change its output, with its defaults.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FbankOptions {
+    /// Mel bins (23).
+    pub num_mel_bins: usize,
+    /// Frame length, ms (25).
+    pub frame_length: f64,
+    /// Frame shift, ms (10).
+    pub frame_shift: f64,
+    /// Gaussian noise added (0: none; drawn from the sample's RNG).
+    pub dither: f64,
+    /// Pre-emphasis (0.97).
+    pub preemphasis_coefficient: f64,
+    /// Subtract each frame's mean (true).
+    pub remove_dc_offset: bool,
+    /// `povey` (default), `hanning`, `hamming`, `rectangular` or `blackman`.
+    pub window_type: String,
+    /// FFT size rounded up to a power of two (true).
+    pub round_to_power_of_two: bool,
+    /// Lowest mel frequency, Hz (20).
+    pub low_freq: f64,
+    /// Highest mel frequency, Hz; 0 or negative: relative to Nyquist (0).
+    pub high_freq: f64,
+    /// Power (true) or magnitude spectrum.
+    pub use_power: bool,
+    /// Log of the energies (true).
+    pub use_log_fbank: bool,
+    /// Frames only where they fit whole (true); false centres them as Kaldi's
+    /// `--snip-edges=false`.
+    pub snip_edges: bool,
+    /// Add the log energy as a first column (false).
+    pub use_energy: bool,
+    /// Energy before windowing (true).
+    pub raw_energy: bool,
+    /// Floor of the energy (1.0; 0 for none).
+    pub energy_floor: f64,
+    /// Subtract each bin's mean over the frames (false).
+    pub subtract_mean: bool,
+    /// Blackman's coefficient (0.42).
+    pub blackman_coeff: f64,
+    /// The waveform is multiplied by this first (1; 32768 for features of int16-scaled audio,
+    /// as Kaldi's tools read WAV files).
+    pub scale: f64,
+}
+
+impl Default for FbankOptions {
+    fn default() -> Self {
+        FbankOptions {
+            num_mel_bins: 23,
+            frame_length: 25.0,
+            frame_shift: 10.0,
+            dither: 0.0,
+            preemphasis_coefficient: 0.97,
+            remove_dc_offset: true,
+            window_type: "povey".into(),
+            round_to_power_of_two: true,
+            low_freq: 20.0,
+            high_freq: 0.0,
+            use_power: true,
+            use_log_fbank: true,
+            snip_edges: true,
+            use_energy: false,
+            raw_energy: true,
+            energy_floor: 1.0,
+            subtract_mean: false,
+            blackman_coeff: 0.42,
+            scale: 1.0,
+        }
+    }
 }
 
 /// A token given by id or by its text in the vocabulary.
@@ -292,6 +469,12 @@ impl Op {
             Op::Json => "json",
             Op::Tokenize { .. } => "tokenize",
             Op::Chat { .. } => "chat",
+            Op::DecodeAudio { .. } => "decode_audio",
+            Op::Resample { .. } => "resample",
+            Op::CropAudio { .. } => "crop_audio",
+            Op::LogMel { .. } => "log_mel",
+            Op::Fbank(_) => "fbank",
+            Op::SpecAugment { .. } => "spec_augment",
         }
     }
 }
@@ -305,6 +488,10 @@ enum Kind {
     Float,
     Array,
     Text,
+    /// Decoded audio, `float32 [channels, frames]`.
+    Audio,
+    /// Speech features (`log_mel`, `fbank`).
+    Features,
 }
 
 impl Kind {
@@ -315,6 +502,8 @@ impl Kind {
             Kind::Float => "normalized pixels",
             Kind::Array => "an array",
             Kind::Text => "text",
+            Kind::Audio => "decoded audio",
+            Kind::Features => "speech features",
         }
     }
 }
@@ -337,6 +526,11 @@ fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
         ) => Kind::Image,
         (Op::Normalize { .. }, Kind::Image) => Kind::Float,
         (Op::Chw | Op::Cast { .. }, Kind::Image | Kind::Float | Kind::Array) => Kind::Array,
+        (Op::DecodeAudio { .. }, Kind::Bytes) => Kind::Audio,
+        (Op::Resample { .. } | Op::CropAudio { .. }, Kind::Audio) => Kind::Audio,
+        (Op::LogMel { .. } | Op::Fbank(_), Kind::Audio) => Kind::Features,
+        (Op::SpecAugment { .. }, Kind::Features) => Kind::Features,
+        (Op::Cast { .. }, Kind::Audio | Kind::Features) => Kind::Array,
         _ => {
             let needs = match op {
                 Op::Decode { .. } | Op::Label | Op::Npy | Op::Json | Op::Text => {
@@ -345,6 +539,11 @@ fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
                 Op::Tokenize { .. } => "text or its bytes (put it first, or after text)",
                 Op::Normalize { .. } => "a decoded image (after decode and the geometric ops)",
                 Op::Chw | Op::Cast { .. } => "an image, normalized pixels or an array",
+                Op::DecodeAudio { .. } => "the field's bytes (put it first)",
+                Op::Resample { .. } | Op::CropAudio { .. } | Op::LogMel { .. } | Op::Fbank(_) => {
+                    "decoded audio (after decode_audio)"
+                }
+                Op::SpecAugment { .. } => "speech features (after log_mel or fbank)",
                 _ => "a decoded image (after decode, before normalize, chw and cast)",
             };
             return Err(format!(
@@ -549,6 +748,7 @@ fn fixed_output(f: &FieldOps) -> Option<Slot> {
 fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
     let (mut channels, mut size, mut dtype, mut chw) = (None, None, DType::U8, false);
     let mut scalar = false;
+    let mut features = None;
     for op in ops {
         match op {
             Op::Decode { mode, .. } => channels = Some(mode.channels()),
@@ -574,14 +774,42 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
                 scalar = true;
                 dtype = DType::I64;
             }
-            Op::Npy | Op::Text | Op::Json | Op::Tokenize { .. } | Op::Chat { .. } => return None,
+            Op::LogMel {
+                n_mels,
+                n_samples: Some(n),
+            } => features = Some((*n_mels, n / crate::spec::WHISPER_HOP)),
+            Op::SpecAugment { .. } => {}
+            Op::Npy
+            | Op::Text
+            | Op::Json
+            | Op::Tokenize { .. }
+            | Op::Chat { .. }
+            | Op::DecodeAudio { .. }
+            | Op::Resample { .. }
+            | Op::CropAudio { .. }
+            | Op::LogMel { .. }
+            | Op::Fbank(_) => return None,
         }
+    }
+    if let Some((bins, frames)) = features {
+        return Some((dtype_of_features(ops), vec![bins, frames]));
     }
     if scalar {
         return Some((dtype, Vec::new()));
     }
     let (c, (h, w)) = (channels?, size?);
     Some((dtype, if chw { vec![c, h, w] } else { vec![h, w, c] }))
+}
+
+/// Whisper's hop, samples per frame.
+pub(crate) const WHISPER_HOP: usize = 160;
+
+/// Features' batch dtype: `float32`, or a `cast` after them.
+fn dtype_of_features(ops: &[Op]) -> DType {
+    match ops.last() {
+        Some(Op::Cast { dtype }) => DType::from_str(dtype).unwrap_or(DType::F32),
+        _ => DType::F32,
+    }
 }
 
 fn default_max_pixels() -> u64 {
@@ -660,6 +888,81 @@ fn check_params(op: &Op) -> Result<(), String> {
         }
         Op::Tokenize { .. } => {
             tokenizing(op)?;
+        }
+        Op::DecodeAudio { .. }
+        | Op::Resample { .. }
+        | Op::CropAudio { .. }
+        | Op::LogMel { .. }
+        | Op::Fbank(_)
+        | Op::SpecAugment { .. } => check_audio(op)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The highest rate an audio op takes or gives.
+pub(crate) const MAX_RATE: u32 = 768_000;
+
+#[cfg(not(feature = "audio"))]
+fn check_audio(_: &Op) -> Result<(), String> {
+    Err("this build of chute has no audio ops (the cargo feature `audio` of chute-ops)".into())
+}
+
+#[cfg(feature = "audio")]
+fn check_audio(op: &Op) -> Result<(), String> {
+    let rate = |r: u32| {
+        if r == 0 || r > MAX_RATE {
+            Err(format!("sample_rate {r}: 1 to {MAX_RATE} Hz"))
+        } else {
+            Ok(())
+        }
+    };
+    match op {
+        Op::DecodeAudio {
+            sample_rate,
+            max_seconds,
+            max_channels,
+            ..
+        } => {
+            if let Some(r) = sample_rate {
+                rate(*r)?;
+            }
+            if !(max_seconds.is_finite() && *max_seconds > 0.0) {
+                return Err(format!("max_seconds {max_seconds}: a positive number"));
+            }
+            if *max_channels == 0 || *max_channels > 255 {
+                return Err(format!("max_channels {max_channels}: 1 to 255"));
+            }
+        }
+        Op::Resample { sample_rate } => rate(*sample_rate)?,
+        Op::CropAudio {
+            seconds, samples, ..
+        } => match (seconds, samples) {
+            (Some(s), None) if s.is_finite() && *s > 0.0 && *s <= 86_400.0 => {}
+            (None, Some(n)) if *n > 0 && *n <= 1 << 32 => {}
+            _ => {
+                return Err(
+                    "give the length as seconds (0 to 86,400) or samples (1 to 2^32), one of them"
+                        .into(),
+                );
+            }
+        },
+        Op::LogMel { n_mels, n_samples } => {
+            if *n_mels == 0 || *n_mels > 512 {
+                return Err(format!("n_mels {n_mels}: 1 to 512 (Whisper: 80 or 128)"));
+            }
+            if let Some(n) = n_samples
+                && (*n < WHISPER_HOP || *n > 1 << 30)
+            {
+                return Err(format!("n_samples {n}: {WHISPER_HOP} to 2^30"));
+            }
+        }
+        Op::Fbank(o) => {
+            // The sizes and the mel range depend on the audio's rate: checked per sample.
+            o.check_static()?;
+        }
+        Op::SpecAugment { max_time_ratio, .. } if !(0.0..=1.0).contains(max_time_ratio) => {
+            return Err(format!("max_time_ratio {max_time_ratio}: in [0, 1]"));
         }
         _ => {}
     }
@@ -791,6 +1094,9 @@ impl SampleOps {
             }
             let value = step::run(&plan.steps, value, rng, None).map_err(context)?;
             let output = f.output.clone().unwrap_or(name);
+            if let Some((name, field)) = step::companion(&value, &output) {
+                sample.set(FieldName::Owned(name), field);
+            }
             sample.set(FieldName::Owned(output), step::into_field(value));
         }
         Ok(())

@@ -26,7 +26,10 @@ pub(crate) fn collate(
             Field::Array(a) => {
                 let arrays = arrays(samples, j, name, a)?;
                 let same = arrays.iter().all(|x| x.shape == a.shape);
-                let masked = pad && !a.shape.is_empty();
+                // A field that brings its own `<name>_mask` (audio `crop_audio` padded) is
+                // not masked again.
+                let masked =
+                    pad && !a.shape.is_empty() && first.get(&format!("{name}_mask")).is_none();
                 if same && !masked {
                     collate_arrays(&arrays, a, pool)
                 } else if masked {

@@ -32,6 +32,22 @@ pub(super) enum Value {
     Nested(chute_core::Value),
     /// The value is in the batch slot (a step wrote it there).
     InSlot,
+    /// Decoded audio; `flat`: one channel given as `[frames]` (`mono`); `valid`: after a
+    /// `crop_audio` that padded, the frames holding audio.
+    #[cfg(feature = "audio")]
+    Audio {
+        audio: crate::audio::Audio,
+        flat: bool,
+        valid: Option<usize>,
+    },
+    /// Speech features, `rows x cols`, time along `time_axis`.
+    #[cfg(feature = "audio")]
+    Features {
+        data: Vec<f32>,
+        rows: usize,
+        cols: usize,
+        time_axis: usize,
+    },
 }
 
 /// One field's compiled steps.
@@ -116,6 +132,33 @@ pub(super) enum Step {
     /// The final value converted into the slot, for a field whose ops have no step that
     /// writes into it (labels, a cast last, ...).
     FillSlot(Slot),
+    #[cfg(feature = "audio")]
+    DecodeAudio {
+        mono: bool,
+        sample_rate: Option<u32>,
+        limits: crate::audio::AudioLimits,
+    },
+    #[cfg(feature = "audio")]
+    Resample(u32),
+    #[cfg(feature = "audio")]
+    CropAudio {
+        seconds: Option<f64>,
+        samples: Option<usize>,
+        random: bool,
+    },
+    #[cfg(feature = "audio")]
+    LogMel {
+        n_mels: usize,
+        n_samples: Option<usize>,
+    },
+    #[cfg(feature = "audio")]
+    Fbank(super::FbankOptions),
+    #[cfg(feature = "audio")]
+    SpecAugment {
+        masks: [(usize, usize); 2],
+        max_time_ratio: f64,
+        value: f32,
+    },
 }
 
 /// The op a [`Step::DecodeRegion`] stands in for, which says the region and the output size.
@@ -252,6 +295,64 @@ fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
                 i += 1;
                 continue;
             }
+            #[cfg(feature = "audio")]
+            Op::DecodeAudio {
+                mono,
+                sample_rate,
+                max_seconds,
+                max_channels,
+            } => Step::DecodeAudio {
+                mono: *mono,
+                sample_rate: *sample_rate,
+                limits: crate::audio::AudioLimits {
+                    max_channels: *max_channels,
+                    max_rate: super::MAX_RATE,
+                    max_seconds: *max_seconds,
+                },
+            },
+            #[cfg(feature = "audio")]
+            Op::Resample { sample_rate } => Step::Resample(*sample_rate),
+            #[cfg(feature = "audio")]
+            Op::CropAudio {
+                seconds,
+                samples,
+                random,
+            } => Step::CropAudio {
+                seconds: *seconds,
+                samples: *samples,
+                random: *random,
+            },
+            #[cfg(feature = "audio")]
+            Op::LogMel { n_mels, n_samples } => Step::LogMel {
+                n_mels: *n_mels,
+                n_samples: *n_samples,
+            },
+            #[cfg(feature = "audio")]
+            Op::Fbank(o) => Step::Fbank(o.clone()),
+            #[cfg(feature = "audio")]
+            Op::SpecAugment {
+                freq_masks,
+                freq_width,
+                time_masks,
+                time_width,
+                max_time_ratio,
+                value,
+            } => Step::SpecAugment {
+                masks: [(*freq_masks, *freq_width), (*time_masks, *time_width)],
+                max_time_ratio: *max_time_ratio,
+                value: *value,
+            },
+            // Refused when the pipeline is built, in a build without audio.
+            #[cfg(not(feature = "audio"))]
+            Op::DecodeAudio { .. }
+            | Op::Resample { .. }
+            | Op::CropAudio { .. }
+            | Op::LogMel { .. }
+            | Op::Fbank(_)
+            | Op::SpecAugment { .. } => {
+                i += 1;
+                continue;
+            }
         };
         steps.push(step);
         i += 1;
@@ -352,6 +453,18 @@ impl Step {
             #[cfg(not(feature = "tokenizers"))]
             Step::Tokenize => "tokenize",
             Step::FillSlot(_) => "batch column",
+            #[cfg(feature = "audio")]
+            Step::DecodeAudio { .. } => "decode_audio",
+            #[cfg(feature = "audio")]
+            Step::Resample(_) => "resample",
+            #[cfg(feature = "audio")]
+            Step::CropAudio { .. } => "crop_audio",
+            #[cfg(feature = "audio")]
+            Step::LogMel { .. } => "log_mel",
+            #[cfg(feature = "audio")]
+            Step::Fbank(_) => "fbank",
+            #[cfg(feature = "audio")]
+            Step::SpecAugment { .. } => "spec_augment",
         }
     }
 
@@ -374,6 +487,10 @@ impl Step {
         if matches!(self, Step::Tokenize) {
             return true;
         }
+        #[cfg(feature = "audio")]
+        if matches!(self, Step::DecodeAudio { .. }) {
+            return true;
+        }
         matches!(
             self,
             Step::Decode { .. } | Step::DecodeRegion { .. } | Step::Npy | Step::Text | Step::Json
@@ -390,6 +507,13 @@ impl Step {
             Value::Array(a) => format!("a {} array of shape {:?}", a.dtype, a.shape),
             Value::Nested(v) => format!("a nested value ({})", v.describe()),
             Value::InSlot => "a value already written to the batch".to_string(),
+            #[cfg(feature = "audio")]
+            Value::Audio { audio, .. } => format!(
+                "decoded audio ({} channels at {} Hz)",
+                audio.channels, audio.rate
+            ),
+            #[cfg(feature = "audio")]
+            Value::Features { rows, cols, .. } => format!("features [{rows}, {cols}]"),
         };
         let takes = if self.takes_bytes() {
             "encoded bytes (bytes, or a one-dimensional uint8 array)"
@@ -572,6 +696,13 @@ impl Step {
                 cast(float_array(vec![h, w, c], &data), *dtype)
             }
             (Step::Cast(dtype), Value::Array(a)) => cast(a, *dtype),
+            #[cfg(feature = "audio")]
+            (Step::Cast(dtype), v @ (Value::Audio { .. } | Value::Features { .. })) => {
+                let Field::Array(a) = into_field(v) else {
+                    return Err(self.bug());
+                };
+                cast(a, *dtype)
+            }
             (Step::Label, Value::Bytes(b)) => Value::Array(Array::scalar_i64(parse_label(&b)?)),
             // A label stored as a number already (a Parquet, Arrow or TFRecord int column).
             (Step::Label, Value::Array(a)) => {
@@ -634,6 +765,8 @@ impl Step {
                     .map_err(|e| OpError::wrong_input("batch column", e.to_string()))?;
                 Value::InSlot
             }
+            #[cfg(feature = "audio")]
+            (step, value) if step.is_audio() => step.run_audio(value, rng)?,
             (step, value) => return Err(step.refuse(&value)),
         })
     }
@@ -701,7 +834,47 @@ pub(super) fn into_field(value: Value) -> Field {
         Value::Image(img) => Field::Array(image_array(img)),
         Value::Float { h, w, c, data } => Field::Array(float_array(vec![h, w, c], &data)),
         Value::InSlot => unreachable!("values in a slot are never fields"),
+        #[cfg(feature = "audio")]
+        Value::Audio { audio, flat, .. } => {
+            let shape = if flat {
+                vec![audio.frames()]
+            } else {
+                vec![audio.channels, audio.frames()]
+            };
+            Field::Array(float_array(shape, &audio.data))
+        }
+        #[cfg(feature = "audio")]
+        Value::Features {
+            data, rows, cols, ..
+        } => Field::Array(float_array(vec![rows, cols], &data)),
     }
+}
+
+/// The field a value brings beside itself: the `<name>_mask` of audio that `crop_audio`
+/// padded (bool, the audio's shape, true where audio is).
+pub(super) fn companion(value: &Value, name: &str) -> Option<(String, Field)> {
+    #[cfg(feature = "audio")]
+    if let Value::Audio {
+        audio,
+        flat,
+        valid: Some(valid),
+    } = value
+    {
+        let n = audio.frames();
+        let mut mask = vec![0u8; audio.channels * n];
+        for c in 0..audio.channels {
+            mask[c * n..c * n + valid].fill(1);
+        }
+        let shape = if *flat {
+            vec![n]
+        } else {
+            vec![audio.channels, n]
+        };
+        let mask = Array::new(DType::Bool, shape, mask.into());
+        return Some((format!("{name}_mask"), Field::Array(mask)));
+    }
+    let _ = (value, name);
+    None
 }
 
 /// An image as a `uint8 [H, W, C]` array.
@@ -885,6 +1058,141 @@ fn nested(b: &[u8]) -> Result<Value, OpError> {
         })
 }
 
+#[cfg(feature = "audio")]
+impl Step {
+    fn is_audio(&self) -> bool {
+        matches!(
+            self,
+            Step::DecodeAudio { .. }
+                | Step::Resample(_)
+                | Step::CropAudio { .. }
+                | Step::LogMel { .. }
+                | Step::Fbank(_)
+                | Step::SpecAugment { .. }
+        )
+    }
+
+    /// An audio step on `value` (see [`crate::audio`]).
+    fn run_audio(&self, value: Value, rng: &mut SampleRng) -> Result<Value, OpError> {
+        use crate::audio::{self, features};
+        Ok(match (self, value) {
+            (
+                Step::DecodeAudio {
+                    mono,
+                    sample_rate,
+                    limits,
+                },
+                Value::Bytes(b),
+            ) => {
+                let mut a = audio::decode(&b, limits)?;
+                if *mono {
+                    a = a.mono();
+                }
+                if let Some(rate) = sample_rate {
+                    a = audio::resample::resample(&a, *rate);
+                }
+                Value::Audio {
+                    audio: a,
+                    flat: *mono,
+                    valid: None,
+                }
+            }
+            (Step::Resample(rate), Value::Audio { audio: a, flat, .. }) => Value::Audio {
+                audio: audio::resample::resample(&a, *rate),
+                flat,
+                valid: None,
+            },
+            (
+                Step::CropAudio {
+                    seconds,
+                    samples,
+                    random,
+                },
+                Value::Audio { audio: a, flat, .. },
+            ) => {
+                let n = match (seconds, samples) {
+                    (Some(s), _) => (s * f64::from(a.rate)).round() as usize,
+                    (None, Some(n)) => *n,
+                    (None, None) => return Err(self.bug()),
+                };
+                let bound = crate::audio::AudioLimits::default();
+                if n as f64 > bound.max_seconds * f64::from(bound.max_rate) {
+                    return Err(OpError::wrong_input("crop_audio", format!("{n} frames")));
+                }
+                // The draw happens whether or not the clip is longer, so the RNG's stream
+                // does not depend on the clip's length.
+                let u = random.then(|| rng.next_f64());
+                let (a, kept) = audio::crop(&a, n, u);
+                Value::Audio {
+                    audio: a,
+                    flat,
+                    valid: (kept < n).then_some(kept),
+                }
+            }
+            (Step::LogMel { n_mels, n_samples }, Value::Audio { audio: a, .. }) => {
+                if a.rate != features::WHISPER_RATE || a.channels != 1 {
+                    return Err(OpError::wrong_input(
+                        "log_mel",
+                        format!(
+                            "takes 16 kHz mono audio, got {} channels at {} Hz: decode with \
+                             {{\"mono\": true, \"sample_rate\": 16000}}",
+                            a.channels, a.rate
+                        ),
+                    ));
+                }
+                let (data, frames) = features::log_mel(&a.data, *n_mels, *n_samples);
+                Value::Features {
+                    data,
+                    rows: *n_mels,
+                    cols: frames,
+                    time_axis: 1,
+                }
+            }
+            (Step::Fbank(o), Value::Audio { audio: a, .. }) => {
+                let (data, frames, bins) = features::fbank(a.channel(0), a.rate, o, rng)
+                    .map_err(|why| OpError::wrong_input("fbank", why))?;
+                Value::Features {
+                    data,
+                    rows: frames,
+                    cols: bins,
+                    time_axis: 0,
+                }
+            }
+            (
+                Step::SpecAugment {
+                    masks,
+                    max_time_ratio,
+                    value,
+                },
+                Value::Features {
+                    mut data,
+                    rows,
+                    cols,
+                    time_axis,
+                },
+            ) => {
+                features::spec_augment(
+                    &mut data,
+                    rows,
+                    cols,
+                    time_axis,
+                    *masks,
+                    *max_time_ratio,
+                    *value,
+                    rng,
+                );
+                Value::Features {
+                    data,
+                    rows,
+                    cols,
+                    time_axis,
+                }
+            }
+            (step, value) => return Err(step.refuse(&value)),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -976,3 +1284,4 @@ mod tests {
         );
     }
 }
+
