@@ -62,10 +62,12 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 # jax (CPU, ~100 MB) for the JAX DLPack test; mypy for the stub check; webdataset, pyarrow and
-# Hugging Face datasets write the files the interop tests read. torch only on request
+# Hugging Face datasets write the files the interop tests read; soundfile (libsndfile) and av
+# (PyAV: FFmpeg with libopus and libmp3lame) write and decode the audio tests' files, soxr
+# resamples them, kaldi-native-fbank gives reference fbank features. torch only on request
 # (below): its PyPI wheel pulls ~3 GB of CUDA libraries, and without it its tests skip, saying so.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest jax mypy \
-  webdataset pyarrow pillow datasets tokenizers transformers
+  webdataset pyarrow pillow datasets tokenizers transformers soundfile soxr av kaldi-native-fbank
 # CHUTE_TEST_TORCH=1 (set by .ci/run) also installs torch so its tests run (DataLoader,
 # from_dlpack, Stateful). Best effort: if the ~3 GB download fails, those tests skip and say so.
 if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
@@ -79,6 +81,14 @@ if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev
   && ! .venv/bin/python -c "import lightning, transformers, accelerate" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check lightning transformers \
     accelerate || echo "warning: lightning/transformers/accelerate did not install; their tests will skip"
+fi
+# The audio tests' references that need torch: torchaudio's Kaldi fbank and openai-whisper's
+# log-mel (its audio module alone; --no-deps: neither may change the torch installed, and
+# whisper's tokenizer and numba are not used). Best effort: without them those tests skip.
+if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev/null \
+  && ! .venv/bin/python -c "import importlib.util as u; assert u.find_spec('torchaudio') and u.find_spec('whisper')" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps torchaudio \
+    openai-whisper || echo "warning: torchaudio/openai-whisper did not install; their tests will skip"
 fi
 # Megatron-Core (it needs torch) for the byte-compatibility tests of Megatron indexed datasets.
 if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev/null \

@@ -87,7 +87,10 @@ pub(crate) fn sample_json(s: &Sample) -> Value {
             Field::Text(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
             Field::Bytes(b) => {
                 let head: String = b.iter().take(16).map(|x| format!("{x:02x}")).collect();
-                json!({ "bytes": b.len(), "head": head })
+                match audio_json(b) {
+                    Some(audio) => json!({ "bytes": b.len(), "head": head, "audio": audio }),
+                    None => json!({ "bytes": b.len(), "head": head }),
+                }
             }
             Field::Array(a) => {
                 let numel: usize = a.shape.iter().product();
@@ -108,6 +111,25 @@ pub(crate) fn sample_json(s: &Sample) -> Value {
         fields.insert(name.to_string(), v);
     }
     json!({ "index": s.index, "key": s.key, "fields": fields })
+}
+
+/// What an audio file's headers say (container, codec, rate, channels, seconds), if the bytes
+/// are audio chute decodes.
+#[cfg(feature = "audio")]
+fn audio_json(b: &bytes::Bytes) -> Option<Value> {
+    let info = chute::ops::audio::probe(b).ok()?;
+    Some(json!({
+        "container": info.container,
+        "codec": info.codec,
+        "sample_rate": info.rate,
+        "channels": info.channels,
+        "seconds": info.seconds(),
+    }))
+}
+
+#[cfg(not(feature = "audio"))]
+fn audio_json(_: &bytes::Bytes) -> Option<Value> {
+    None
 }
 
 fn array_values(a: &chute::core::Array, n: usize) -> Vec<Value> {

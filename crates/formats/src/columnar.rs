@@ -654,13 +654,38 @@ fn under(s: &arrow_array::StructArray, child: &ArrayRef) -> Result<ArrayRef, Str
 }
 
 /// `col` as its kind reads it: a struct with a `bytes` child becomes that child, null where
-/// the struct is null. Other columns are returned as they are.
+/// the struct is null. Other columns are returned as they are. Rows whose `bytes` are null
+/// but whose `path` is set (a Hugging Face `Image` or `Audio` column of files left where they
+/// are) hold the path instead: the decode ops read the file a path names, when they run.
 pub(crate) fn project(col: ArrayRef) -> Result<ArrayRef, String> {
     let Some(i) = bytes_child(col.data_type()) else {
         return Ok(col);
     };
     let s = col.as_struct();
-    under(s, s.column(i)).map_err(|e| format!("struct column's bytes: {e}"))
+    let bytes = under(s, s.column(i)).map_err(|e| format!("struct column's bytes: {e}"))?;
+    let path = s
+        .column_names()
+        .iter()
+        .position(|n| *n == "path")
+        .map(|p| s.column(p))
+        .filter(|p| matches!(p.data_type(), DataType::Utf8 | DataType::LargeUtf8));
+    let Some(path) = path else {
+        return Ok(bytes);
+    };
+    let by_path = |row: usize| bytes.is_null(row) && s.is_valid(row) && path.is_valid(row);
+    if bytes.null_count() == 0 || !(0..bytes.len()).any(by_path) {
+        return Ok(bytes);
+    }
+    let values = (0..bytes.len()).map(|row| {
+        if by_path(row) {
+            Some(bytes_at(path.as_ref(), row))
+        } else if bytes.is_valid(row) {
+            Some(bytes_at(bytes.as_ref(), row))
+        } else {
+            None
+        }
+    });
+    Ok(Arc::new(arrow_array::LargeBinaryArray::from_iter(values)))
 }
 
 /// The little-endian bytes of a primitive array's values (no copy).

@@ -34,6 +34,7 @@ pub mod audio;
 #[cfg(feature = "chat")]
 pub mod chat;
 mod error;
+mod files;
 pub mod image;
 mod jpeg;
 #[cfg(feature = "libjpeg")]

@@ -286,8 +286,8 @@ pub enum Op {
         /// The rate, frames per second.
         sample_rate: u32,
     },
-    /// Audio cut or zero-padded to a fixed length; when padded, a `<name>_mask` field (bool,
-    /// the audio's shape) is true where audio is.
+    /// Audio cut or zero-padded to a fixed length, with a `<name>_mask` field (bool, the
+    /// audio's shape) true where audio is (every sample has it, padded or not).
     CropAudio {
         /// The length in seconds (or give `samples`).
         #[serde(default)]

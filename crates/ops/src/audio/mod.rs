@@ -262,14 +262,35 @@ fn short(reader: &dyn FormatReader) -> &'static str {
     reader.format_info().short_name
 }
 
+/// Runs a third-party demuxer or decoder: a panic on malformed data (an arithmetic overflow
+/// on a hostile header, in a build that checks) is the data's error, not the process's.
+fn guarded<T>(f: impl FnOnce() -> Result<T, OpError>) -> Result<T, OpError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(OpError::CorruptAudio {
+            reason: format!("the decoder failed on malformed data ({why})"),
+        })
+    })
+}
+
 /// What `bytes`' headers say (nothing is decoded).
 pub fn probe(bytes: &Bytes) -> Result<AudioInfo, OpError> {
-    Ok(open(bytes, &AudioLimits::default())?.info)
+    guarded(|| Ok(open(bytes, &AudioLimits::default())?.info))
 }
 
 /// Decodes `bytes` (any container and codec listed in the module docs, told by the content)
-/// to `float32` `[channels, frames]`, within `limits`.
+/// to `float32` `[channels, frames]`, within `limits`. A stream that decodes to clearly fewer
+/// frames than its header declares (an MP3's Xing/Info frame count, FLAC's STREAMINFO, an
+/// MP4's duration) is refused as truncated, as FFmpeg refuses it.
 pub fn decode(bytes: &Bytes, limits: &AudioLimits) -> Result<Audio, OpError> {
+    guarded(|| decode_unguarded(bytes, limits))
+}
+
+fn decode_unguarded(bytes: &Bytes, limits: &AudioLimits) -> Result<Audio, OpError> {
     let Opened {
         mut reader,
         track,
@@ -385,6 +406,18 @@ pub fn decode(bytes: &Bytes, limits: &AudioLimits) -> Result<Audio, OpError> {
             p.truncate(end);
             p.drain(..start);
         }
+    }
+    let got = planes[0].len() as u64;
+    if let Some(declared) = frames
+        && got + (declared / 100).max(4096) < declared
+    {
+        return Err(OpError::CorruptAudio {
+            reason: format!(
+                "the {} header declares {declared} frames, the stream holds {got} (a truncated \
+                 file)",
+                info.container
+            ),
+        });
     }
     let channels = planes.len();
     let data = if channels == 1 {

@@ -10,7 +10,8 @@
 //! `to / from = L / M` (in lowest terms) the filter is tabulated for each of the `L` phases
 //! once per rate pair and process (up to 1,024 phases; rarer ratios compute their taps for each
 //! output sample), each phase scaled to a gain of exactly 1 at 0 Hz. The signal is taken as
-//! zero outside the clip; the output has `ceil(frames * to / from)` frames.
+//! zero outside the clip; the output has `frames * to / from` frames, rounded to the nearest
+//! (as soxr's output has).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -158,9 +159,11 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-/// The frames `frames` input frames give at `to` from `from`: `ceil(frames * to / from)`.
+/// The frames `frames` input frames give at `to` from `from`: `frames * to / from` rounded
+/// to the nearest (halves up), as soxr gives.
 pub fn output_frames(frames: usize, from: u32, to: u32) -> usize {
-    (frames as u128 * u128::from(to)).div_ceil(u128::from(from.max(1))) as usize
+    let from = u128::from(from.max(1));
+    ((frames as u128 * u128::from(to) + from / 2) / from) as usize
 }
 
 /// `audio` at `to` frames per second (itself when the rate is already `to`).

@@ -33,7 +33,7 @@ pub(super) enum Value {
     /// The value is in the batch slot (a step wrote it there).
     InSlot,
     /// Decoded audio; `flat`: one channel given as `[frames]` (`mono`); `valid`: after a
-    /// `crop_audio` that padded, the frames holding audio.
+    /// `crop_audio`, the frames holding audio (the rest is padding).
     #[cfg(feature = "audio")]
     Audio {
         audio: crate::audio::Audio,
@@ -548,6 +548,7 @@ impl Step {
         };
         Ok(match (self, value) {
             (Step::Decode { mode, max_pixels }, Value::Bytes(b)) => {
+                let b = crate::files::resolve(b, "decode")?;
                 image::check_pixels(&b, image::image_size(&b)?, *max_pixels)?;
                 Value::Image(image::decode(&b, *mode, None)?)
             }
@@ -560,6 +561,7 @@ impl Step {
                 },
                 Value::Bytes(b),
             ) => {
+                let b = crate::files::resolve(b, "decode")?;
                 // The crop is drawn from the header's size: the same draw as after a decode.
                 let (h, w) = image::image_size(&b)?;
                 image::check_pixels(&b, (h, w), *max_pixels)?;
@@ -850,8 +852,8 @@ pub(super) fn into_field(value: Value) -> Field {
     }
 }
 
-/// The field a value brings beside itself: the `<name>_mask` of audio that `crop_audio`
-/// padded (bool, the audio's shape, true where audio is).
+/// The field a value brings beside itself: the `<name>_mask` of audio after `crop_audio`
+/// (bool, the audio's shape, true where audio is).
 pub(super) fn companion(value: &Value, name: &str) -> Option<(String, Field)> {
     #[cfg(feature = "audio")]
     if let Value::Audio {
@@ -1084,6 +1086,7 @@ impl Step {
                 },
                 Value::Bytes(b),
             ) => {
+                let b = crate::files::resolve(b, "decode_audio")?;
                 let mut a = audio::decode(&b, limits)?;
                 if *mono {
                     a = a.mono();
@@ -1126,7 +1129,7 @@ impl Step {
                 Value::Audio {
                     audio: a,
                     flat,
-                    valid: (kept < n).then_some(kept),
+                    valid: Some(kept),
                 }
             }
             (Step::LogMel { n_mels, n_samples }, Value::Audio { audio: a, .. }) => {
@@ -1284,4 +1287,3 @@ mod tests {
         );
     }
 }
-
