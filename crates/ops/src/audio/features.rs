@@ -105,11 +105,15 @@ fn slaney_bank(rate: u32, n_fft: usize, n_mels: usize) -> Bank {
     Bank::from_dense(&dense)
 }
 
-/// A forward real FFT of size `n`, shared by the threads.
-fn fft(n: usize) -> Arc<dyn realfft::RealToComplex<f32>> {
+/// The process's FFT planner (plans are made once per size, shared by the threads).
+pub(super) fn planner() -> &'static Mutex<RealFftPlanner<f32>> {
     static PLANNER: OnceLock<Mutex<RealFftPlanner<f32>>> = OnceLock::new();
-    PLANNER
-        .get_or_init(Default::default)
+    PLANNER.get_or_init(Default::default)
+}
+
+/// A forward real FFT of size `n`.
+fn fft(n: usize) -> Arc<dyn realfft::RealToComplex<f32>> {
+    planner()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .plan_fft_forward(n)
@@ -166,8 +170,19 @@ pub fn log_mel(samples: &[f32], n_mels: usize, n_samples: Option<usize>) -> (Vec
     let mut power = vec![0f32; spectrum.len()];
     let mut out = vec![0f32; n_mels * frames];
     let mut max = f32::NEG_INFINITY;
+    // Frames wholly in the zero padding after the audio (most of them, for a short clip padded
+    // to 30 s) are silence: every bin is log10(1e-10) before the floor, no transform needed.
+    let silence = 1e-10f32.log10();
+    let zeros_after = len >= samples.len() + pad + 1;
     for t in 0..frames {
         let start = (t * hop) as isize - pad as isize;
+        if zeros_after && start >= samples.len() as isize {
+            for b in 0..n_mels {
+                out[b * frames + t] = silence;
+            }
+            max = max.max(silence);
+            continue;
+        }
         for (k, x) in input.iter_mut().enumerate() {
             let i = start + k as isize;
             let v = if i >= 0 && (i as usize) < len {
