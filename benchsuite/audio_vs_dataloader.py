@@ -18,7 +18,8 @@ FLAC 16-bit, MP3 from libmp3lame, Ogg Opus from libopus, FFmpeg's default bit ra
     torchcodec's `AudioDecoder(sample_rate=16000, num_channels=1)` (FFmpeg's own resampler);
     soundfile (libsndfile) + soxr HQ; PyAV (FFmpeg) + soxr HQ.
 - `--raw`: decode only, at the file's rate and channels: chute `[{"op": "decode_audio"}]`
-  with `pad=True`; the peers return the float32 [C, N] arrays and collate a list.
+  (a batch is a list of float32 [C, N] arrays); the peers return the same arrays and collate
+  a list.
 - the limit: FFmpeg's decoder on one thread (PyAV, `thread_count=1`, in this process, no
   resampling): how many seconds of audio one core decodes per second.
 
@@ -192,7 +193,7 @@ def run_chute(urls, args):
     import chute
 
     loader = chute.Loader(chute.webdataset(urls), batch_size=args.batch, num_workers=args.workers,
-                          transforms=chute_transforms(args), pad=args.raw)
+                          transforms=chute_transforms(args))
     return sum(len(b["cls"]) for b in loader)
 
 

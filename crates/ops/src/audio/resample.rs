@@ -54,10 +54,14 @@ struct Filter {
 /// `delay` output frames): the two agree to float32 rounding (about 1e-6), and this one costs
 /// a few transforms per chunk instead of `2W` multiply-adds per output frame.
 struct Spectral {
+    /// Input frames per chunk.
     n_in: usize,
+    /// Output frames per chunk.
     n_out: usize,
+    /// The inverse transform's size (the forward's is `fft_out * M / L`).
+    fft_out: usize,
     delay: usize,
-    /// The filter's spectrum, `n_in + 1` bins, scaled by `1 / (2 n_in)`.
+    /// The filter's spectrum, scaled by one over the forward transform's size.
     h: Vec<Complex32>,
     forward: Arc<dyn RealToComplex<f32>>,
     inverse: Arc<dyn ComplexToReal<f32>>,
@@ -84,13 +88,31 @@ impl Spectral {
         let delay = (w * l as f64 / m as f64).ceil() as usize;
         let center = delay as f64 * m as f64 / l as f64;
         let taps = (center + w).floor() as usize + 1;
-        let k = (2 * taps).max(1024).div_ceil(m);
+        // Chunks of about eight filter lengths, transformed with room for the filter's tail
+        // (`fft_in = M * k2 >= n_in + taps`): most of each transform is output.
+        let k = (8 * taps).max(4096).div_ceil(m);
         let (n_in, n_out) = (m.checked_mul(k)?, l.checked_mul(k)?);
-        if n_in > MAX_CHUNK || n_out > MAX_CHUNK {
+        // Transform sizes of small prime factors only (a size with a large one is several
+        // times slower), where the rates allow.
+        let smooth = |n: usize| {
+            let mut n = n;
+            for p in [2, 3, 5, 7] {
+                while n > 1 && n % p == 0 {
+                    n /= p;
+                }
+            }
+            n == 1
+        };
+        let least = (n_in + taps).div_ceil(m);
+        let k2 = (least..least + 256)
+            .find(|&k2| smooth(k2 * m) && smooth(k2 * l))
+            .unwrap_or(least);
+        let (fft_in, fft_out) = (m.checked_mul(k2)?, l.checked_mul(k2)?);
+        if fft_in > MAX_CHUNK || fft_out > MAX_CHUNK {
             return None;
         }
         let i0_beta = bessel_i0(f.beta);
-        let mut h = vec![0f32; 2 * n_in];
+        let mut h = vec![0f32; fft_in];
         let mut sum = 0.0;
         let mut wide = vec![0f64; taps];
         for (n, t) in wide.iter_mut().enumerate() {
@@ -103,7 +125,7 @@ impl Spectral {
                 sum += *t;
             }
         }
-        let scale = 1.0 / (sum * (2 * n_in) as f64);
+        let scale = 1.0 / (sum * fft_in as f64);
         for (o, t) in h.iter_mut().zip(&wide) {
             *o = (t * scale) as f32;
         }
@@ -111,13 +133,14 @@ impl Spectral {
             let mut planner = super::features::planner()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            (planner.plan_fft_forward(2 * n_in), planner.plan_fft_inverse(2 * n_out))
+            (planner.plan_fft_forward(fft_in), planner.plan_fft_inverse(fft_out))
         };
         let mut spectrum = forward.make_output_vec();
         forward.process(&mut h, &mut spectrum).ok()?;
         Some(Spectral {
             n_in,
             n_out,
+            fft_out,
             delay,
             h: spectrum,
             forward,
@@ -127,18 +150,18 @@ impl Spectral {
 
     /// `x` resampled: `out.len()` frames.
     fn run(&self, x: &[f32], out: &mut [f32]) {
-        let (n_in, n_out) = (self.n_in, self.n_out);
-        let chunks = x.len().div_ceil(n_in).max(1);
+        let (n_in, n_out, fft_out) = (self.n_in, self.n_out, self.fft_out);
         let needed = self.delay + out.len();
-        let chunks = chunks.max(needed.div_ceil(n_out));
-        let mut acc = vec![0f32; (chunks + 1) * n_out];
+        let chunks = x.len().div_ceil(n_in).max(needed.div_ceil(n_out)).max(1);
+        let mut acc = vec![0f32; chunks * n_out + fft_out];
         let mut input = self.forward.make_input_vec();
         let mut spec_in = self.forward.make_output_vec();
         let mut spec_out = self.inverse.make_input_vec();
         let mut time = self.inverse.make_output_vec();
         let mut scratch_f = self.forward.make_scratch_vec();
         let mut scratch_i = self.inverse.make_scratch_vec();
-        let shared = n_in.min(n_out);
+        // The bins both spectra have; the output's last bin is real when its size is even.
+        let shared = (spec_in.len() - 1).min(spec_out.len() - 1);
         for c in 0..chunks {
             let start = c * n_in;
             if start >= x.len() {
@@ -155,11 +178,13 @@ impl Spectral {
             }
             spec_out[shared + 1..].fill(Complex32::new(0.0, 0.0));
             spec_out[0].im = 0.0;
-            spec_out[n_out].im = 0.0;
+            if fft_out % 2 == 0 {
+                spec_out[fft_out / 2].im = 0.0;
+            }
             self.inverse
                 .process_with_scratch(&mut spec_out, &mut time, &mut scratch_i)
                 .expect("buffers made by the plan");
-            for (a, t) in acc[c * n_out..c * n_out + 2 * n_out].iter_mut().zip(&time) {
+            for (a, t) in acc[c * n_out..c * n_out + fft_out].iter_mut().zip(&time) {
                 *a += t;
             }
         }
