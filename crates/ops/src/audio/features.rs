@@ -173,7 +173,7 @@ pub fn log_mel(samples: &[f32], n_mels: usize, n_samples: Option<usize>) -> (Vec
     // Frames wholly in the zero padding after the audio (most of them, for a short clip padded
     // to 30 s) are silence: every bin is log10(1e-10) before the floor, no transform needed.
     let silence = 1e-10f32.log10();
-    let zeros_after = len >= samples.len() + pad + 1;
+    let zeros_after = len > samples.len() + pad;
     for t in 0..frames {
         let start = (t * hop) as isize - pad as isize;
         if zeros_after && start >= samples.len() as isize {

@@ -169,6 +169,7 @@ fn open(bytes: &Bytes, limits: &AudioLimits) -> Result<Opened, OpError> {
             head: Vec::new(),
         });
     }
+    wave_format_check(bytes, limits)?;
     let source = MediaSourceStream::new(
         Box::new(Cursor::new(bytes.clone())),
         MediaSourceStreamOptions::default(),
@@ -256,6 +257,57 @@ fn open(bytes: &Bytes, limits: &AudioLimits) -> Result<Opened, OpError> {
         frames,
         info,
     })
+}
+
+/// A WAV file's `fmt ` chunk checked before Symphonia reads it (wherever its probe would
+/// find the file's start): its channel count within `limits` and its sample size within 64
+/// bits (Symphonia multiplies them in 16 bits).
+fn wave_format_check(bytes: &[u8], limits: &AudioLimits) -> Result<(), OpError> {
+    for start in 0..bytes.len().saturating_sub(11) {
+        let b = &bytes[start..];
+        if matches!(&b[..4], b"RIFF" | b"RIFX" | b"RF64") && &b[8..12] == b"WAVE" {
+            wave_format(b, limits)?;
+        }
+    }
+    Ok(())
+}
+
+fn wave_format(bytes: &[u8], limits: &AudioLimits) -> Result<(), OpError> {
+    let big = &bytes[..4] == b"RIFX";
+    let u16_at = |at: usize| -> Option<u16> {
+        let b: [u8; 2] = bytes.get(at..at + 2)?.try_into().ok()?;
+        Some(if big {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        })
+    };
+    // Every `fmt ` chunk before the samples (a reader may take any of them, however the chunk
+    // sizes lie), the samples starting at the first `data`.
+    let header = bytes[12..]
+        .windows(4)
+        .position(|w| w == b"data")
+        .map_or(bytes.len(), |p| p + 12);
+    for at in (12..header.saturating_sub(3)).filter(|&at| &bytes[at..at + 4] == b"fmt ") {
+        let (Some(channels), Some(bits)) = (u16_at(at + 10), u16_at(at + 22)) else {
+            continue;
+        };
+        let channels = usize::from(channels);
+        if channels > limits.max_channels {
+            return Err(OpError::AudioTooLarge {
+                reason: format!(
+                    "{channels} channels, more than max_channels = {}",
+                    limits.max_channels
+                ),
+            });
+        }
+        if bits > 64 {
+            return Err(OpError::CorruptAudio {
+                reason: format!("a WAV format of {bits} bits per sample"),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn short(reader: &dyn FormatReader) -> &'static str {
@@ -526,6 +578,18 @@ mod tests {
         if let Ok(a) = got {
             assert!(a.frames() <= 1);
         }
+    }
+
+    #[test]
+    fn a_wave_header_of_too_many_channels_is_refused_before_symphonia_reads_it() {
+        let mut bytes = wav(8000, 1, &[1, 2, 3, 4]).to_vec();
+        bytes[22..24].copy_from_slice(&65_535u16.to_le_bytes());
+        let e = decode(&Bytes::from(bytes.clone()), &AudioLimits::default()).unwrap_err();
+        assert!(matches!(e, OpError::AudioTooLarge { .. }), "{e}");
+        // After leading garbage (the probe searches for the start), and in a second fmt chunk.
+        let mut later = b"\xff\xff".to_vec();
+        later.extend_from_slice(&bytes);
+        assert!(decode(&Bytes::from(later), &AudioLimits::default()).is_err());
     }
 
     #[test]

@@ -97,7 +97,7 @@ impl Spectral {
         let smooth = |n: usize| {
             let mut n = n;
             for p in [2, 3, 5, 7] {
-                while n > 1 && n % p == 0 {
+                while n > 1 && n.is_multiple_of(p) {
                     n /= p;
                 }
             }
@@ -120,7 +120,11 @@ impl Spectral {
             let x = tau / w;
             if x.abs() < 1.0 {
                 let arg = std::f64::consts::PI * f.cutoff * tau;
-                let sinc = if arg.abs() < 1e-12 { 1.0 } else { arg.sin() / arg };
+                let sinc = if arg.abs() < 1e-12 {
+                    1.0
+                } else {
+                    arg.sin() / arg
+                };
                 *t = f.cutoff * sinc * bessel_i0(f.beta * (1.0 - x * x).sqrt()) / i0_beta;
                 sum += *t;
             }
@@ -133,7 +137,10 @@ impl Spectral {
             let mut planner = super::features::planner()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            (planner.plan_fft_forward(fft_in), planner.plan_fft_inverse(fft_out))
+            (
+                planner.plan_fft_forward(fft_in),
+                planner.plan_fft_inverse(fft_out),
+            )
         };
         let mut spectrum = forward.make_output_vec();
         forward.process(&mut h, &mut spectrum).ok()?;
@@ -178,7 +185,7 @@ impl Spectral {
             }
             spec_out[shared + 1..].fill(Complex32::new(0.0, 0.0));
             spec_out[0].im = 0.0;
-            if fft_out % 2 == 0 {
+            if fft_out.is_multiple_of(2) {
                 spec_out[fft_out / 2].im = 0.0;
             }
             self.inverse
@@ -191,8 +198,6 @@ impl Spectral {
         out.copy_from_slice(&acc[self.delay..self.delay + out.len()]);
     }
 }
-
-
 
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
@@ -340,8 +345,8 @@ fn avx2() -> bool {
 #[target_feature(enable = "avx2,fma")]
 fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::{
-        __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps,
-        _mm256_loadu_ps, _mm256_setzero_ps, _mm_add_ps, _mm_cvtss_f32, _mm_hadd_ps,
+        __m256, _mm_add_ps, _mm_cvtss_f32, _mm_hadd_ps, _mm256_add_ps, _mm256_castps256_ps128,
+        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
     };
     let n = a.len().min(b.len());
     let mut acc: [__m256; 4] = [_mm256_setzero_ps(); 4];
@@ -482,9 +487,19 @@ mod tests {
         let a: Vec<f32> = (0..531).map(|i| (i as f32 * 0.37).sin()).collect();
         let b: Vec<f32> = (0..531).map(|i| (i as f32 * 0.11).cos()).collect();
         for n in [0, 1, 7, 8, 31, 32, 33, 500, 531] {
-            let want: f64 = a[..n].iter().zip(&b[..n]).map(|(x, y)| f64::from(x * y)).sum();
-            assert!((f64::from(dot(&a[..n], &b[..n])) - want).abs() < 1e-3, "{n}");
-            assert!((f64::from(dot_portable(&a[..n], &b[..n])) - want).abs() < 1e-3, "{n}");
+            let want: f64 = a[..n]
+                .iter()
+                .zip(&b[..n])
+                .map(|(x, y)| f64::from(x * y))
+                .sum();
+            assert!(
+                (f64::from(dot(&a[..n], &b[..n])) - want).abs() < 1e-3,
+                "{n}"
+            );
+            assert!(
+                (f64::from(dot_portable(&a[..n], &b[..n])) - want).abs() < 1e-3,
+                "{n}"
+            );
         }
     }
 
