@@ -160,8 +160,10 @@ class Loader:
       "random_resized_crop", "size": 224}, {"op": "horizontal_flip"}], "cls": [{"op":
       "label"}]}`` (the ops: ``decode``, ``resize``, ``center_crop``, ``random_resized_crop``,
       ``horizontal_flip``, ``normalize``, ``chw``, ``cast``, ``label``, ``npy``, ``text``,
-      ``json``; a field may be ``{"as": name, "ops": [...], "optional": bool}``; see
-      ARCHITECTURE.md); and/or callables ``f(sample)`` or ``f(sample, rng)`` run on the worker
+      ``json``, ``tokenize``, ``chat``; audio: ``decode_audio``, ``resample``,
+      ``crop_audio``, ``log_mel`` (Whisper's features), ``fbank`` (Kaldi's),
+      ``spec_augment``; a field may be ``{"as": name, "ops": [...], "optional": bool}``; see
+      the README's "Transforms" and "Audio"); and/or callables ``f(sample)`` or ``f(sample, rng)`` run on the worker
       threads (under the GIL), in the order given. ``sample`` is a dict of numpy arrays (copies, in the batch's dtype),
       ``bytes`` and ``str``, plus ``"__index__"`` (the global sample id) and ``"__key__"``
       when the format has keys. ``rng`` is a ``numpy.random.Generator`` seeded from (seed,

@@ -68,6 +68,8 @@ mod _chute {
 
     #[pymodule_init]
     fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        // Values naming files (a manifest's paths and URLs) are read by chute's I/O layer.
+        chute::read_files_with_io();
         m.add("__version__", env!("CARGO_PKG_VERSION"))
     }
 }

@@ -68,6 +68,7 @@ pub use chute_pipeline as pipeline;
 
 pub mod chat;
 pub mod doctor;
+mod files;
 pub mod tokenizer;
 
 pub use chute_core::Transform;
@@ -78,3 +79,4 @@ pub use chute_core::{
 pub use chute_dataset::{Dataset, OpenOptions, Opened, open};
 pub use chute_formats::{Format, TokenOptions, TokenSource};
 pub use chute_pipeline::{Autotune, Loader, LoaderBuilder, LoaderOptions, StatsSnapshot};
+pub use files::read_files_with_io;

@@ -109,6 +109,7 @@ fn main() -> std::process::ExitCode {
         }
     }
     limits.install();
+    chute::read_files_with_io();
     let result = match cli.command {
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(*a),

@@ -49,6 +49,7 @@ mod buffer;
 mod dtype;
 mod encode;
 mod error;
+pub mod files;
 pub mod iostats;
 pub mod limits;
 mod manifest;

@@ -5,10 +5,10 @@
 //! A value is taken as a reference when it could not be an encoded file (every audio and
 //! image format starts with bytes that are not printable text): at most 4,096 bytes of UTF-8
 //! with no control characters, with a `/` (or `\\`) or a file extension, or naming a file that
-//! exists: a URL (`scheme://...`, as [`chute_io::Location`] parses it:
-//! HTTP(S), S3, GCS, Azure where the build has them) or a local path. Relative paths are
-//! relative to the working directory (as `datasets` and `open()` take them). A file that
-//! cannot be read is the sample's error, naming the path.
+//! exists: a URL (`scheme://...`: HTTP(S), S3, GCS, Azure, through the reader the facade
+//! installs, [`chute_core::files`]) or a local path. Relative paths are relative to the
+//! working directory (as `datasets` and `open()` take them). A file that cannot be read is
+//! the sample's error, naming the path.
 
 use bytes::Bytes;
 
@@ -46,14 +46,20 @@ pub(crate) fn resolve(value: Bytes, op: &'static str) -> Result<Bytes, OpError> 
 }
 
 fn read(name: &str) -> Result<Bytes, String> {
-    let location = chute_io::Location::parse(name).map_err(|e| e.to_string())?;
-    if !location.is_remote() {
-        return std::fs::read(name)
-            .map(Bytes::from)
-            .map_err(|e| e.to_string());
+    if let Some(read) = chute_core::files::file_reader() {
+        return read(name);
     }
-    let set = chute_io::ShardSet::open(&[location]).map_err(|e| e.to_string())?;
-    set.get(0).map_err(|e| e.to_string())
+    if name.contains("://") && !name.starts_with("file://") {
+        return Err(
+            "reading URLs needs chute's I/O layer: call chute::read_files_with_io() once (the \
+             command line and the Python package do)"
+                .into(),
+        );
+    }
+    let path = name.strip_prefix("file://").unwrap_or(name);
+    std::fs::read(path)
+        .map(Bytes::from)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -39,12 +39,20 @@
 //! | `tokenize` (`tokenizer`: a `tokenizer.json`; `add_special_tokens` = true; `bos`, `eos`: an id or a token; `max_length`; `prompt`, `labels`: see [`Op::Tokenize`]) | UTF-8 text or bytes | `int64 [n]` token ids, as Hugging Face's `tokenizers` gives them (feature `tokenizers`); with `prompt`, the prompt's ids then this field's, and `labels` with the prompt's as -100 |
 //! | `chat` (`tokenizer`: a tokenizer folder; `chat_template`, `template_name`, `train_on`, `train_on_eos`, `max_length`, `truncation`, `kwargs`, `date`, `tools`, `completion`, `chosen`, `rejected`, `labels`: see [`Op::Chat`]) | a conversation's messages (or a prompt, or a chosen completion), with the sample's other fields it names | `int64 [n]` ids rendered with the chat template as `transformers` renders them, and `labels` (-100 where the loss does not count), see [`crate::chat`] (feature `chat`); a preference pair gives `chosen_input_ids`, `chosen_labels`, `rejected_input_ids`, `rejected_labels`; its field's only op |
 //!
+//! | `decode_audio` (`mono`, `sample_rate`, `max_seconds`, `max_channels`) | encoded audio (WAV, FLAC, MP3, Vorbis, Opus, AAC/ALAC in MP4, ...), or a path or URL naming a file | `float32 [channels, frames]` (`[frames]` with `mono`), see [`crate::audio`] (feature `audio`) |
+//! | `resample` (`sample_rate`) | decoded audio | decoded audio at that rate |
+//! | `crop_audio` (`seconds` or `samples`, `random`) | decoded audio | decoded audio of that length, and a `<name>_mask` field |
+//! | `log_mel` (`n_mels`, `n_samples`) | 16 kHz mono audio | Whisper's log-mel spectrogram, `float32 [n_mels, frames]` |
+//! | `fbank` (torchaudio's Kaldi options, `scale`) | decoded audio | Kaldi filter banks, `float32 [frames, bins]` |
+//! | `spec_augment` (`freq_masks`, `freq_width`, `time_masks`, `time_width`, `max_time_ratio`, `value`) | `log_mel` or `fbank` features | the features, masked |
+//!
 //! Output sizes are at most 65,535 a side and 178,956,970 pixels (PIL's bomb limit): a spec
 //! asking for more is refused when built, and a `resize` of the shorter side that would give
 //! more (an image of an extreme aspect ratio, without `max_size`) fails its sample before
 //! anything is allocated.
 //!
-//! Randomness (`random_resized_crop`, `horizontal_flip`) comes only from the sample's RNG, so
+//! Randomness (`random_resized_crop`, `horizontal_flip`, `crop_audio`'s offset, `fbank`'s
+//! dither, `spec_augment`) comes only from the sample's RNG, so
 //! crops and flips depend on (seed, epoch, sample), never on the worker. When `decode` is
 //! followed by `random_resized_crop` or `resize`, the crop is drawn from the image's header
 //! size before decoding, so the decoder may decode at a reduced size where the output is much

@@ -391,6 +391,60 @@ fn image_demo_trains_on_synthetic_jpegs() {
     assert_eq!(one["digest"], s["digest"]);
 }
 
+#[test]
+fn audio_demo_trains_on_whisper_features_and_inspect_shows_the_clips() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("audio");
+    let keep = keep.to_str().unwrap();
+    let out = ok(&[
+        "demo",
+        "--audio",
+        "--clips",
+        "24",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1",
+        "--step-ms",
+        "0",
+        "--keep",
+        keep,
+    ]);
+    assert!(out.contains("synthesized 24 speech-like clips"), "{out}");
+    assert!(
+        out.contains("float32 [8, 80, 3000]") && out.contains("clips/s"),
+        "{out}"
+    );
+    let args = [
+        "demo",
+        "--audio",
+        "--clips",
+        "24",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1",
+        "--step-ms",
+        "0",
+        "--json",
+    ];
+    let four = json(&ok(&[&args[..], &["--workers", "4"]].concat()));
+    let one = json(&ok(&[&args[..], &["--workers", "1"]].concat()));
+    assert_eq!(four["samples"], 24);
+    assert_eq!(
+        four["digest"], one["digest"],
+        "the same features for any worker count"
+    );
+    let shard = format!("{keep}/audio-000000.tar");
+    let report = json(&ok(&["inspect", &shard, "--json", "-n", "1"]));
+    let first = &report["first"][0]["fields"]["wav"]["audio"];
+    assert_eq!(first["codec"], "pcm_s16le", "{report}");
+    assert_eq!(first["sample_rate"], 44_100);
+    assert_eq!(first["channels"], 1);
+    let seconds = first["seconds"].as_f64().unwrap();
+    assert!((1.0..=12.0).contains(&seconds), "{seconds}");
+}
+
 fn golden(rel: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata")
