@@ -170,8 +170,9 @@ fn open(bytes: &Bytes, limits: &AudioLimits) -> Result<Opened, OpError> {
         });
     }
     wave_format_check(bytes, limits)?;
+    let patched = wave_sizes(bytes);
     let source = MediaSourceStream::new(
-        Box::new(Cursor::new(bytes.clone())),
+        Box::new(Cursor::new(patched.unwrap_or_else(|| bytes.clone()))),
         MediaSourceStreamOptions::default(),
     );
     let reader = symphonia::default::get_probe()
@@ -257,6 +258,40 @@ fn open(bytes: &Bytes, limits: &AudioLimits) -> Result<Opened, OpError> {
         frames,
         info,
     })
+}
+
+/// A WAV file whose sizes do not fit its bytes, with sizes that do, as FFmpeg and libsndfile
+/// read it: a `data` chunk declared as 0 or 0xFFFFFFFF bytes (written by a tool that could not
+/// seek back, such as FFmpeg writing to a pipe) or as more bytes than follow runs to the end
+/// of the file, and the RIFF size covers the file. `None` when the sizes fit (no copy).
+fn wave_sizes(bytes: &Bytes) -> Option<Bytes> {
+    if bytes.len() < 12 || &bytes[..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return None;
+    }
+    let mut at = 12usize;
+    while let Some(head) = bytes.get(at..at + 8) {
+        let size = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        if &head[..4] == b"data" {
+            let rest = bytes.len() - (at + 8);
+            let riff = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize;
+            let fits = size != 0 && size != u32::MAX && size as usize <= rest;
+            if fits && riff >= at + size as usize {
+                return None;
+            }
+            let mut copy = bytes.to_vec();
+            let data = if fits {
+                size
+            } else {
+                u32::try_from(rest).unwrap_or(u32::MAX)
+            };
+            copy[at + 4..at + 8].copy_from_slice(&data.to_le_bytes());
+            let riff = u32::try_from(bytes.len() - 8).unwrap_or(u32::MAX);
+            copy[4..8].copy_from_slice(&riff.to_le_bytes());
+            return Some(Bytes::from(copy));
+        }
+        at = at.checked_add(8 + size as usize + (size as usize & 1))?;
+    }
+    None
 }
 
 /// A WAV file's `fmt ` chunk checked before Symphonia reads it (wherever its probe would
@@ -459,8 +494,11 @@ fn decode_unguarded(bytes: &Bytes, limits: &AudioLimits) -> Result<Audio, OpErro
             p.drain(..start);
         }
     }
+    // Codecs whose headers count the frames (not WAV's or AIFF's byte sizes, which tools
+    // write as placeholders and readers take as "to the end").
+    let counted = matches!(info.container, "mp3" | "flac" | "isomp4" | "ogg");
     let got = planes[0].len() as u64;
-    if let Some(declared) = frames
+    if let Some(declared) = frames.filter(|_| counted)
         && got + (declared / 100).max(4096) < declared
     {
         return Err(OpError::CorruptAudio {
@@ -590,6 +628,19 @@ mod tests {
         let mut later = b"\xff\xff".to_vec();
         later.extend_from_slice(&bytes);
         assert!(decode(&Bytes::from(later), &AudioLimits::default()).is_err());
+    }
+
+    #[test]
+    fn wave_sizes_that_do_not_fit_run_to_the_end_as_ffmpeg_reads_them() {
+        let good = wav(8000, 1, &[1, 2, 3, 4]);
+        assert!(wave_sizes(&good).is_none());
+        for size in [0u32, u32::MAX, 1000] {
+            let mut b = good.to_vec();
+            b[40..44].copy_from_slice(&size.to_le_bytes());
+            b[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+            let a = decode(&Bytes::from(b), &AudioLimits::default()).unwrap();
+            assert_eq!(a.frames(), 4, "data size {size}");
+        }
     }
 
     #[test]
