@@ -258,6 +258,28 @@ def test_json_lines_manifest_of_paths(tmp_path, monkeypatch):
         batches(chute.dataset(str(manifest)), {"path": {"as": "audio", "ops": DECODE}})
 
 
+def test_parquet_and_arrow_binary_columns(tmp_path):
+    """Encoded audio in a Parquet file's binary column and an Arrow IPC file's large_binary
+    column, written by pyarrow: decoded as the references decode it."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.feather
+    import pyarrow.parquet
+
+    encoded = hf_encoded()
+    for name, kind in (("clips.parquet", pa.binary()), ("clips.arrow", pa.large_binary())):
+        table = pa.table({"audio": pa.array(encoded, kind), "label": list(range(len(encoded)))})
+        path = tmp_path / name
+        if name.endswith(".parquet"):
+            pyarrow.parquet.write_table(table, path)
+        else:
+            pyarrow.feather.write_feather(table, path, compression="uncompressed")
+        got = [a for b in batches(chute.dataset(str(path)), {"audio": DECODE}) for a in b["audio"]]
+        assert len(got) == len(encoded)
+        for (codec, *_), data, a in zip(HF_AUDIO, encoded, got):
+            want, _ = reference(data, codec)
+            assert_close(a, want, TOLERANCE[codec], f"{name}: {codec}")
+
+
 def test_csv_manifest_through_datasets(tmp_path):
     """A CSV manifest read with datasets.Dataset.from_csv: its path column decodes."""
     datasets = pytest.importorskip("datasets")
