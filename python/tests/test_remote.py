@@ -145,3 +145,51 @@ print(json.dumps({{"process": chute.io_stats(), "loader": s["remote"],
         assert second[view]["cache_hits"] == 2, (view, second)
     assert second["loader"] == second["process"]
     assert second["series"] and all(line.endswith(" 2") for line in second["series"])
+
+
+def test_audio_by_url_from_a_manifest_and_in_shards(tmp_path):
+    """Audio named by URL in a JSON Lines manifest (read by the decode op through chute's I/O
+    layer, retries and all, behind the fault proxy too) and audio members of WebDataset shards
+    by URL: the samples the local files give."""
+    import audio_media as am
+
+    clips = []
+    for i, codec in enumerate(["flac16", "mp3", "opus", "wav16"]):
+        rate = 48000 if codec == "opus" else 22050
+        path = tmp_path / f"clip{i}.{am.EXTENSION[codec]}"
+        path.write_bytes(am.encode(am.speech_like(0.5, rate, seed=i), rate, codec))
+        clips.append(path)
+    name = publish("py_audio", clips)
+    ops = {"path": {"as": "audio", "ops": [{"op": "decode_audio", "mono": True,
+                                               "sample_rate": 16000}]}}
+
+    def decoded(manifest):
+        loader = chute.Loader(chute.dataset(str(manifest)), batch_size=1, num_workers=2,
+                              transforms=ops)
+        return [b["audio"][0] for b in loader]
+
+    local = tmp_path / "local.jsonl"
+    local.write_text("".join(json.dumps({"path": str(c)}) + "\n" for c in clips))
+    want = decoded(local)
+    for base in (HTTP_URL, PROXY_URL):
+        remote = tmp_path / "remote.jsonl"
+        remote.write_text("".join(json.dumps({"path": f"{base}/{name}/{c.name}"}) + "\n"
+                                  for c in clips))
+        got = decoded(remote)
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text(json.dumps({"path": f"{HTTP_URL}/{name}/nope.flac"}) + "\n")
+    with pytest.raises(chute.CorruptDataError, match="nope.flac"):
+        decoded(missing)
+    shard = am.write_wds_shard(tmp_path / "audio.tar",
+                               [{"__key__": f"c{i}", c.suffix[1:]: c.read_bytes()}
+                                for i, c in enumerate(clips)])
+    publish("py_audio_wds", [shard])
+    spec = {"flac;mp3;opus;wav": {"as": "audio", "ops": [{"op": "decode_audio", "mono": True,
+                                                           "sample_rate": 16000}]}}
+    by_url = chute.Loader(chute.webdataset(f"{HTTP_URL}/py_audio_wds/audio.tar"), batch_size=1,
+                          transforms=spec)
+    for a, b in zip([x["audio"][0] for x in by_url], want):
+        assert np.array_equal(a, b)
