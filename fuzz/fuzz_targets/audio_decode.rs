@@ -3,9 +3,9 @@
 //! DiscardPadding walks), then resampled and cropped: each either works or fails with an
 //! error; never a panic, never an allocation a header merely claims (decoding stops at
 //! `max_seconds`, here 4 s). A panic inside Symphonia (an arithmetic overflow the fuzz build
-//! checks and release builds wrap) is caught by `chute_ops::audio` and becomes the sample's
-//! error, as users get it: the target keeps libFuzzer's panic hook from aborting there; a
-//! panic anywhere else still fails the run (libFuzzer checks for one after each input).
+//! checks and release builds wrap) is caught quietly by `chute_ops::audio` and becomes the
+//! sample's error, as users get it (`chute_core::quiet` keeps libFuzzer's hook from aborting
+//! there); a panic anywhere else still fails the run.
 
 #![no_main]
 
@@ -14,8 +14,6 @@ use chute_ops::audio::{self, AudioLimits};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    static QUIET: std::sync::Once = std::sync::Once::new();
-    QUIET.call_once(|| std::panic::set_hook(Box::new(|_| {})));
     let bytes = Bytes::copy_from_slice(data);
     let _ = audio::probe(&bytes);
     let limits = AudioLimits {

@@ -350,14 +350,10 @@ fn short(reader: &dyn FormatReader) -> &'static str {
 }
 
 /// Runs a third-party demuxer or decoder: a panic on malformed data (an arithmetic overflow
-/// on a hostile header, in a build that checks) is the data's error, not the process's.
+/// on a hostile header, in a build that checks) is the data's error, not the process's, and
+/// prints nothing ([`chute_core::quiet::catch_quietly`]).
 fn guarded<T>(f: impl FnOnce() -> Result<T, OpError>) -> Result<T, OpError> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let why = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
+    chute_core::quiet::catch_quietly(f).unwrap_or_else(|why| {
         Err(OpError::CorruptAudio {
             reason: format!("the decoder failed on malformed data ({why})"),
         })
