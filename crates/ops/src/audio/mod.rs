@@ -298,9 +298,11 @@ fn wave_sizes(bytes: &Bytes) -> Option<Bytes> {
 /// find the file's start): its channel count within `limits` and its sample size within 64
 /// bits (Symphonia multiplies them in 16 bits).
 fn wave_format_check(bytes: &[u8], limits: &AudioLimits) -> Result<(), OpError> {
-    for start in 0..bytes.len().saturating_sub(11) {
-        let b = &bytes[start..];
-        if matches!(&b[..4], b"RIFF" | b"RIFX" | b"RF64") && &b[8..12] == b"WAVE" {
+    // Found by their `WAVE` tag (memchr's vectorized search: every decode runs this over the
+    // whole file, and the tag is rare in other data).
+    for tag in memchr::memmem::find_iter(bytes, b"WAVE").filter(|&t| t >= 8) {
+        let b = &bytes[tag - 8..];
+        if matches!(&b[..4], b"RIFF" | b"RIFX" | b"RF64") {
             wave_format(b, limits)?;
         }
     }
