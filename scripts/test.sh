@@ -52,6 +52,8 @@ if [ "${CHUTE_TEST_FUZZ:-0}" = 1 ]; then
         -runs=200000 -max_total_time=60 -max_len=4096 2>&1 | tail -n 1
     done
   )
+  # CI (CHUTE_CI=1, .ci/run): the fuzz build is not needed again; free its disk for the venv.
+  if [ "${CHUTE_CI:-0}" = 1 ]; then rm -rf fuzz/target; fi
 fi
 
 # The Python package: build and install it the way users do (pip install . builds the
@@ -97,6 +99,6 @@ if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev
     || echo "warning: megatron-core did not install; the Megatron tests will skip"
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
-echo "== python: pytest"
+echo "== python: pytest ($(df -h . | awk 'NR==2 {print $4}') disk free)"
 # The `chute convert` interop tests run the command `cargo test` built above.
 CHUTE_BIN="$PWD/target/debug/chute" .venv/bin/python -m pytest python/tests -q -rs
