@@ -6,14 +6,25 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export RUSTDOCFLAGS="${RUSTDOCFLAGS:--D warnings}"
 
+# Video (the cargo feature `video`) links the system's FFmpeg libraries: built and tested
+# wherever their development files are installed (.ci/run installs them), skipped otherwise.
+FEATURES=()
+if pkg-config --exists libavcodec libavformat libswscale 2>/dev/null; then
+  FEATURES=(--features chute-cli/video,chute-python/video)
+  export MATURIN_PEP517_ARGS="${MATURIN_PEP517_ARGS:---features video}"
+  echo "== video: FFmpeg $(pkg-config --modversion libavcodec) found; building with the feature video"
+else
+  echo "== video: no FFmpeg development files (pkg-config libavcodec); building without video (its tests skip)"
+fi
+
 echo "== layers (cargo tree)"
 ./scripts/check-layers.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked "${FEATURES[@]}" -- -D warnings
 echo "== cargo doc"
-cargo doc --workspace --no-deps --locked --quiet
+cargo doc --workspace --no-deps --locked --quiet "${FEATURES[@]}"
 # CHUTE_TEST_SERVERS=1 (set by .ci/run): start the servers the remote-storage tests read
 # from, on 127.0.0.1 only, until this script exits: nginx (must be installed; .ci/run
 # installs the Debian package), moto's S3 server and the GCS emulator (pip, into the venv),
@@ -35,7 +46,7 @@ else
 fi
 
 echo "== cargo test"
-cargo test --workspace --locked
+cargo test --workspace --locked "${FEATURES[@]}"
 
 # CHUTE_TEST_FUZZ=1 (set by .ci/run): build the cargo-fuzz targets (every parser of untrusted
 # bytes: FUZZING.md lists them and the campaign's figures) on the stable toolchain (`-s none`:
@@ -91,6 +102,13 @@ if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev
   && ! .venv/bin/python -c "import importlib.util as u; assert u.find_spec('torchaudio') and u.find_spec('whisper')" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps torchaudio \
     openai-whisper || echo "warning: torchaudio/openai-whisper did not install; their tests will skip"
+fi
+# torchcodec (it needs torch; --no-deps for the same reason), the video tests' reference
+# decoder: it decodes with the system's FFmpeg libraries, as chute's video ops do.
+if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev/null \
+  && ! .venv/bin/python -c "import torchcodec" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps torchcodec \
+    || echo "warning: torchcodec did not install; the video tests that compare with it will skip"
 fi
 # Megatron-Core (it needs torch) for the byte-compatibility tests of Megatron indexed datasets.
 if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && .venv/bin/python -c "import torch" 2>/dev/null \

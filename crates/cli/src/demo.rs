@@ -29,6 +29,14 @@ pub(crate) struct DemoArgs {
     /// `--audio`: clips in the synthetic set.
     #[arg(long, default_value_t = 512)]
     clips: usize,
+    /// Train on synthetic videos (H.264 in MP4, 320x240 at 25 fps, 2 to 4 s, 10 classes):
+    /// 16-frame clips sampled at random, resized and randomly cropped to 112 (needs the cargo
+    /// feature `video`: `cargo run --release --features video -- demo --video`).
+    #[arg(long, conflicts_with_all = ["tokens", "audio"])]
+    video: bool,
+    /// `--video`: videos in the synthetic set.
+    #[arg(long, default_value_t = 64)]
+    videos: usize,
     /// Images in the synthetic set (256x256 JPEGs, 10 classes).
     #[arg(long, default_value_t = 2048)]
     images: usize,
@@ -65,6 +73,9 @@ pub(crate) struct DemoArgs {
 pub(crate) fn run(args: DemoArgs) -> anyhow::Result<()> {
     if args.tokens {
         return run_tokens(args);
+    }
+    if args.video {
+        return run_video(args);
     }
     if args.audio {
         return run_audio(args);
@@ -310,6 +321,109 @@ fn write_corpus(path: &std::path::Path, n: u64, seed: u64) -> anyhow::Result<()>
     }
     w.finish()?;
     Ok(())
+}
+
+/// The video demo's ops: what a video classifier's loader does to each video.
+#[cfg(feature = "video")]
+const VIDEO_OPS: &str = r#"{
+    "mp4": {"as": "video", "ops": [
+        {"op": "decode_video", "frames": 16, "stride": 2, "resize": 128, "crop": 112,
+         "crop_mode": "random"}
+    ]},
+    "cls": [{"op": "label"}]
+}"#;
+
+#[cfg(not(feature = "video"))]
+fn run_video(_: DemoArgs) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "this chute was built without video: build it with the cargo feature `video` (it links \
+         the system's FFmpeg libraries; Debian: apt-get install libavcodec-dev libavformat-dev \
+         libswscale-dev libclang-dev): cargo run --release --features video -- demo --video"
+    )
+}
+
+#[cfg(feature = "video")]
+fn run_video(args: DemoArgs) -> anyhow::Result<()> {
+    let (_tmp, dir) = shard_dir(&args)?;
+    let t = Instant::now();
+    let (shards, frames) = write_videos(&dir, args.videos, args.seed)?;
+    if !args.json {
+        println!(
+            "chute demo: encoded {} synthetic videos of 10 classes ({frames} frames of 320x240 \
+             at 25 fps, H.264 or MPEG-4 in MP4) in {:.2} s, as {} WebDataset shards in {}",
+            args.videos,
+            t.elapsed().as_secs_f64(),
+            shards.len(),
+            dir.display()
+        );
+    }
+    let source = WebDatasetSource::open(&shards, WebDatasetOptions::default())?;
+    let batch_size = args.batch_size.unwrap_or(8);
+    let transform = SampleOps::from_json(VIDEO_OPS)?;
+    let mut loader = loader_args(&args, batch_size, Some(transform)).build(Arc::new(source))?;
+    if !args.json {
+        println!(
+            "training: {} videos; a random 16-frame clip (every 2nd frame) decoded, resized to \
+             128 and randomly cropped to 112 on {} workers; batches of {batch_size} as uint8 \
+             [{batch_size}, 16, 112, 112, 3] with their frames' times and int64 labels; global \
+             shuffle, {} epochs, {} ms simulated step",
+            loader.source().manifest().total_samples(),
+            loader.options().num_workers,
+            args.epochs,
+            args.step_ms
+        );
+    }
+    let summary = train(&mut loader, &args)?;
+    if !args.json {
+        println!(
+            "video: {:.0} clips/s ({:.0} frames delivered per second); the training step waited \
+             {:.1}% of the time",
+            summary.samples_per_sec,
+            summary.samples_per_sec * 16.0,
+            summary.wait_fraction * 100.0
+        );
+    }
+    Ok(())
+}
+
+/// Writes `n` synthetic videos (2 to 4 s each) with their labels as WebDataset shards of 32,
+/// in parallel; gives the shards and the frames encoded.
+#[cfg(feature = "video")]
+fn write_videos(dir: &Path, n: usize, seed: u64) -> anyhow::Result<(Vec<std::path::PathBuf>, u64)> {
+    const PER_SHARD: usize = 32;
+    let shards = n.div_ceil(PER_SHARD);
+    let pattern = dir.join("video-%06d.tar").display().to_string();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let frames = std::sync::atomic::AtomicU64::new(0);
+    for_each_parallel(shards, workers, |k| -> anyhow::Result<()> {
+        let mut w = ShardWriter::new(
+            &pattern,
+            ShardWriterOptions {
+                start_shard: k as u64,
+                max_count: PER_SHARD as u64,
+                ..Default::default()
+            },
+        )?;
+        for i in k * PER_SHARD..((k + 1) * PER_SHARD).min(n) {
+            let mut rng = SampleRng::for_sample(seed, u64::MAX - 2, i as u64);
+            let class = rng.below(10) as usize;
+            let count = 50 + rng.below(51) as usize;
+            let video = chute::ops::video::synthetic_video(320, 240, count, 25, class as u64 * 29)?;
+            frames.fetch_add(count as u64, std::sync::atomic::Ordering::Relaxed);
+            w.write(
+                &format!("video{i:07}"),
+                &[("cls", class.to_string().as_bytes()), ("mp4", &video)],
+            )?;
+        }
+        w.finish()?;
+        Ok(())
+    })?;
+    Ok((
+        (0..shards)
+            .map(|k| dir.join(format!("video-{k:06}.tar")))
+            .collect(),
+        frames.into_inner(),
+    ))
 }
 
 /// The audio demo's ops: what a Whisper fine-tuning script does to each clip.

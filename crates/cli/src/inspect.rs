@@ -87,10 +87,14 @@ pub(crate) fn sample_json(s: &Sample) -> Value {
             Field::Text(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
             Field::Bytes(b) => {
                 let head: String = b.iter().take(16).map(|x| format!("{x:02x}")).collect();
-                match audio_json(b) {
-                    Some(audio) => json!({ "bytes": b.len(), "head": head, "audio": audio }),
-                    None => json!({ "bytes": b.len(), "head": head }),
+                let mut v = json!({ "bytes": b.len(), "head": head });
+                if let Some(audio) = audio_json(b) {
+                    v["audio"] = audio;
                 }
+                if let Some(video) = video_json(b) {
+                    v["video"] = video;
+                }
+                v
             }
             Field::Array(a) => {
                 let numel: usize = a.shape.iter().product();
@@ -129,6 +133,30 @@ fn audio_json(b: &bytes::Bytes) -> Option<Value> {
 
 #[cfg(not(feature = "audio"))]
 fn audio_json(_: &bytes::Bytes) -> Option<Value> {
+    None
+}
+
+/// What a video's headers and packets say (container, codec, size, fps, frames, seconds), if
+/// the bytes are a video chute decodes (still images, which FFmpeg also opens, are not).
+#[cfg(feature = "video")]
+fn video_json(b: &bytes::Bytes) -> Option<Value> {
+    let info = chute::ops::video::probe(b).ok()?;
+    if info.container == "image2" || info.container.ends_with("_pipe") {
+        return None;
+    }
+    Some(json!({
+        "container": info.container,
+        "codec": info.codec,
+        "width": info.width,
+        "height": info.height,
+        "fps": info.fps,
+        "frames": info.frames,
+        "seconds": info.duration,
+    }))
+}
+
+#[cfg(not(feature = "video"))]
+fn video_json(_: &bytes::Bytes) -> Option<Value> {
     None
 }
 

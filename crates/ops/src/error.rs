@@ -117,6 +117,34 @@ pub enum OpError {
         /// The limit and what the stream has.
         reason: String,
     },
+    /// The bytes are in no container the system's FFmpeg reads, or hold no video stream.
+    #[error("not video chute decodes ({}): {reason}", describe_start(*.len, .head))]
+    NotVideo {
+        /// The number of bytes.
+        len: usize,
+        /// Their first bytes (up to 8).
+        head: Vec<u8>,
+        /// What FFmpeg's demuxers said.
+        reason: String,
+    },
+    /// A video stream that is corrupt or cut short: repair the file, or skip the sample.
+    #[error("corrupt or truncated video: {reason}")]
+    CorruptVideo {
+        /// What the demuxer, the decoder or the sampler found.
+        reason: String,
+    },
+    /// A codec or pixel format the system's FFmpeg lacks: the message says which.
+    #[error("unsupported video: {reason}")]
+    UnsupportedVideo {
+        /// What is missing.
+        reason: String,
+    },
+    /// Video beyond the op's limits (pixels per frame, frames, bytes of a sample's clips).
+    #[error("video too large: {reason}; raise the op's limit if that much is expected")]
+    VideoTooLarge {
+        /// The limit and what the stream has.
+        reason: String,
+    },
     /// The sample has none of the names the pipeline looks for: name the field the data has,
     /// or mark it optional.
     #[error("no such field (the sample has {have:?})")]
@@ -150,10 +178,12 @@ impl OpError {
     /// `CorruptDataError.kind` holds for a sample an op refused.
     pub fn corruption(&self) -> Corruption {
         match self {
-            OpError::UnsupportedImage { .. } | OpError::UnsupportedAudio { .. } => {
-                Corruption::Unsupported
-            }
-            OpError::ImageTooLarge { .. } | OpError::AudioTooLarge { .. } => Corruption::TooLarge,
+            OpError::UnsupportedImage { .. }
+            | OpError::UnsupportedAudio { .. }
+            | OpError::UnsupportedVideo { .. } => Corruption::Unsupported,
+            OpError::ImageTooLarge { .. }
+            | OpError::AudioTooLarge { .. }
+            | OpError::VideoTooLarge { .. } => Corruption::TooLarge,
             OpError::BadNpy { kind, .. } => *kind,
             _ => Corruption::Malformed,
         }

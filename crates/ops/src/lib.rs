@@ -7,7 +7,8 @@
 //!
 //! - [`SampleOps`] ([`spec`]): ops per field declared as data (JSON), the same from Rust, the
 //!   CLI and Python: image decoding and torchvision-style augmentation ([`image`]), labels,
-//!   `.npy`, JSON and text; audio decoding, resampling and speech features ([`audio`]). The ops are checked and compiled into steps when it is built,
+//!   `.npy`, JSON and text; audio decoding, resampling and speech features ([`audio`]); video clips (`video`,
+//!   feature `video`). The ops are checked and compiled into steps when it is built,
 //!   with the fusions decided then (region decoding, writing straight into the batch slot).
 //! - [`BadData`]: a sample's field the ops cannot use, and what was wrong with it, an
 //!   [`OpError`] (an undecodable, unsupported or too large image, a bad label, ...).
@@ -45,6 +46,8 @@ pub mod spec;
 pub mod testing;
 #[cfg(feature = "tokenizers")]
 pub mod text;
+#[cfg(feature = "video")]
+pub mod video;
 
 pub use chute_core::{Cast, Compose, Rename, Select, Slot, Transform};
 pub use error::{BadData, OpError};

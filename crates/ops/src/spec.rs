@@ -343,6 +343,121 @@ pub enum Op {
         #[serde(default)]
         value: f32,
     },
+    /// Encoded video (H.264, H.265, VP9, AV1, ... in MP4, MKV/WebM, MPEG-TS, AVI, told by the
+    /// content), or a path or URL naming a file, to clips of `uint8` RGB frames `[T, H, W,
+    /// 3]` (`[clips, T, H, W, 3]` for several clips), with a `<name>_pts` field: each frame's
+    /// presentation time, `float64` seconds (feature `video`; see the `chute_ops::video`
+    /// module for the sampling rules). Its field's only op.
+    DecodeVideo {
+        /// Frames per clip (default 16).
+        #[serde(default = "sixteen")]
+        frames: usize,
+        /// Clips per video (default 1).
+        #[serde(default = "one_usize")]
+        clips: usize,
+        /// Frames between a clip's frames, by index (default 1; torchcodec's
+        /// `num_indices_between_frames`).
+        #[serde(default = "one_usize")]
+        stride: usize,
+        /// Frames at this rate instead (the frame shown every `1 / fps` seconds).
+        #[serde(default)]
+        fps: Option<f64>,
+        /// Where clips start: `random` (default; the sample's RNG) or `regular`.
+        #[serde(default)]
+        sampler: ClipSampler,
+        /// Past the end of the video: `repeat_last` (default), `wrap` or `error`.
+        #[serde(default)]
+        policy: ClipPolicy,
+        /// Exactly these frames, in this order (instead of clips).
+        #[serde(default)]
+        indices: Option<Vec<usize>>,
+        /// Resize first: the shorter side (one number) or `[h, w]`.
+        #[serde(default)]
+        resize: Option<Size>,
+        /// Crop to this size (one number, square, or `[h, w]`).
+        #[serde(default)]
+        crop: Option<Size>,
+        /// Where the crop is taken: `center` (default), `random`, or `random_resized`
+        /// (torchvision's `RandomResizedCrop` with `scale` and `ratio`).
+        #[serde(default)]
+        crop_mode: VideoCrop,
+        /// `random_resized`'s area fraction range (default `[0.08, 1]`).
+        #[serde(default = "default_scale")]
+        scale: [f64; 2],
+        /// `random_resized`'s aspect ratio range (default `[3/4, 4/3]`).
+        #[serde(default = "default_ratio")]
+        ratio: [f64; 2],
+        /// `THWC` (default) or `TCHW`.
+        #[serde(default)]
+        layout: VideoLayout,
+        /// Most pixels a frame may declare (default: the process's `max_image_pixels`).
+        #[serde(default = "default_max_pixels")]
+        max_pixels: u64,
+        /// Most frames a stream may hold (default 1,000,000).
+        #[serde(default = "default_max_frames")]
+        max_frames: usize,
+    },
+}
+
+/// `decode_video`'s clip starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClipSampler {
+    /// Uniform in the range clips may start in, from the sample's RNG.
+    #[default]
+    Random,
+    /// Evenly spaced over that range.
+    Regular,
+}
+
+/// `decode_video`'s policy past the end of the video.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClipPolicy {
+    /// Repeat the clip's last frame.
+    #[default]
+    RepeatLast,
+    /// Start the clip's frames over.
+    Wrap,
+    /// A data error.
+    Error,
+}
+
+/// `decode_video`'s crop placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VideoCrop {
+    /// The center.
+    #[default]
+    Center,
+    /// Anywhere, from the sample's RNG.
+    Random,
+    /// torchvision's `RandomResizedCrop`.
+    RandomResized,
+}
+
+/// `decode_video`'s frame layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum VideoLayout {
+    /// `[T, H, W, C]`.
+    #[default]
+    #[serde(rename = "THWC")]
+    Thwc,
+    /// `[T, C, H, W]`.
+    #[serde(rename = "TCHW")]
+    Tchw,
+}
+
+fn sixteen() -> usize {
+    16
+}
+
+fn one_usize() -> usize {
+    1
+}
+
+fn default_max_frames() -> usize {
+    1_000_000
 }
 
 fn default_max_seconds() -> f64 {
@@ -483,6 +598,7 @@ impl Op {
             Op::LogMel { .. } => "log_mel",
             Op::Fbank(_) => "fbank",
             Op::SpecAugment { .. } => "spec_augment",
+            Op::DecodeVideo { .. } => "decode_video",
         }
     }
 }
@@ -500,6 +616,8 @@ enum Kind {
     Audio,
     /// Speech features (`log_mel`, `fbank`).
     Features,
+    /// Video clips.
+    Video,
 }
 
 impl Kind {
@@ -512,6 +630,7 @@ impl Kind {
             Kind::Text => "text",
             Kind::Audio => "decoded audio",
             Kind::Features => "speech features",
+            Kind::Video => "video clips",
         }
     }
 }
@@ -535,6 +654,7 @@ fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
         (Op::Normalize { .. }, Kind::Image) => Kind::Float,
         (Op::Chw | Op::Cast { .. }, Kind::Image | Kind::Float | Kind::Array) => Kind::Array,
         (Op::DecodeAudio { .. }, Kind::Bytes) => Kind::Audio,
+        (Op::DecodeVideo { .. }, Kind::Bytes) => Kind::Video,
         (Op::Resample { .. } | Op::CropAudio { .. }, Kind::Audio) => Kind::Audio,
         (Op::LogMel { .. } | Op::Fbank(_), Kind::Audio) => Kind::Features,
         (Op::SpecAugment { .. }, Kind::Features) => Kind::Features,
@@ -547,7 +667,9 @@ fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
                 Op::Tokenize { .. } => "text or its bytes (put it first, or after text)",
                 Op::Normalize { .. } => "a decoded image (after decode and the geometric ops)",
                 Op::Chw | Op::Cast { .. } => "an image, normalized pixels or an array",
-                Op::DecodeAudio { .. } => "the field's bytes (put it first)",
+                Op::DecodeAudio { .. } | Op::DecodeVideo { .. } => {
+                    "the field's bytes (put it first)"
+                }
                 Op::Resample { .. } | Op::CropAudio { .. } | Op::LogMel { .. } | Op::Fbank(_) => {
                     "decoded audio (after decode_audio)"
                 }
@@ -796,7 +918,8 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
             | Op::Resample { .. }
             | Op::CropAudio { .. }
             | Op::LogMel { .. }
-            | Op::Fbank(_) => return None,
+            | Op::Fbank(_)
+            | Op::DecodeVideo { .. } => return None,
         }
     }
     if let Some((bins, frames)) = features {
@@ -903,7 +1026,79 @@ fn check_params(op: &Op) -> Result<(), String> {
         | Op::LogMel { .. }
         | Op::Fbank(_)
         | Op::SpecAugment { .. } => check_audio(op)?,
+        Op::DecodeVideo { .. } => check_video(op)?,
         _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "video"))]
+fn check_video(_: &Op) -> Result<(), String> {
+    Err(
+        "this build of chute has no video ops: build it with the cargo feature `video` (it \
+         links the system's FFmpeg libraries; Debian: apt-get install libavcodec-dev \
+         libavformat-dev libswscale-dev libclang-dev; the Python package: pip install with \
+         MATURIN_PEP517_ARGS=\"--features video\")"
+            .into(),
+    )
+}
+
+#[cfg(feature = "video")]
+fn check_video(op: &Op) -> Result<(), String> {
+    let Op::DecodeVideo {
+        frames,
+        clips,
+        stride,
+        fps,
+        indices,
+        resize,
+        crop,
+        scale,
+        ratio,
+        max_frames,
+        ..
+    } = op
+    else {
+        return Ok(());
+    };
+    if *frames == 0 || *frames > 100_000 {
+        return Err(format!("frames {frames}: 1 to 100,000 per clip"));
+    }
+    if *clips == 0 || *clips > 10_000 {
+        return Err(format!("clips {clips}: 1 to 10,000"));
+    }
+    if *stride == 0 || *stride > 1_000_000 {
+        return Err(format!("stride {stride}: 1 to 1,000,000"));
+    }
+    if let Some(f) = fps
+        && !(f.is_finite() && *f > 0.0 && *f <= 10_000.0)
+    {
+        return Err(format!("fps {f}: a rate above 0, at most 10,000"));
+    }
+    if let Some(ix) = indices
+        && (ix.is_empty() || ix.len() > 1_000_000)
+    {
+        return Err(format!("indices: 1 to 1,000,000 of them, got {}", ix.len()));
+    }
+    for (what, s) in [("resize", resize), ("crop", crop)] {
+        if let Some(s) = s {
+            let (h, w) = s.square();
+            if h == 0 || w == 0 || h > MAX_SIDE || w > MAX_SIDE || h * w > max_out_pixels() {
+                return Err(format!(
+                    "{what} {h} x {w}: 1 to {MAX_SIDE} a side, at most {} pixels",
+                    max_out_pixels()
+                ));
+            }
+        }
+    }
+    if !(scale[0] > 0.0 && scale[0] <= scale[1]) {
+        return Err(format!("scale {scale:?}: want 0 < lo <= hi"));
+    }
+    if !(ratio[0] > 0.0 && ratio[0] <= ratio[1]) {
+        return Err(format!("ratio {ratio:?}: want 0 < lo <= hi"));
+    }
+    if *max_frames == 0 {
+        return Err("max_frames 0".into());
     }
     Ok(())
 }

@@ -48,6 +48,9 @@ pub(super) enum Value {
         cols: usize,
         time_axis: usize,
     },
+    /// Video clips and their frames' times.
+    #[cfg(feature = "video")]
+    Video(crate::video::Clips),
 }
 
 /// One field's compiled steps.
@@ -140,6 +143,8 @@ pub(super) enum Step {
     },
     #[cfg(feature = "audio")]
     Resample(u32),
+    #[cfg(feature = "video")]
+    DecodeVideo(Box<crate::video::ClipRequest>),
     #[cfg(feature = "audio")]
     CropAudio {
         seconds: Option<f64>,
@@ -342,6 +347,14 @@ fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
                 max_time_ratio: *max_time_ratio,
                 value: *value,
             },
+            #[cfg(feature = "video")]
+            op @ Op::DecodeVideo { .. } => Step::DecodeVideo(Box::new(clip_request(op))),
+            // Refused when the pipeline is built, in a build without video.
+            #[cfg(not(feature = "video"))]
+            Op::DecodeVideo { .. } => {
+                i += 1;
+                continue;
+            }
             // Refused when the pipeline is built, in a build without audio.
             #[cfg(not(feature = "audio"))]
             Op::DecodeAudio { .. }
@@ -465,6 +478,8 @@ impl Step {
             Step::Fbank(_) => "fbank",
             #[cfg(feature = "audio")]
             Step::SpecAugment { .. } => "spec_augment",
+            #[cfg(feature = "video")]
+            Step::DecodeVideo(_) => "decode_video",
         }
     }
 
@@ -491,6 +506,10 @@ impl Step {
         if matches!(self, Step::DecodeAudio { .. }) {
             return true;
         }
+        #[cfg(feature = "video")]
+        if matches!(self, Step::DecodeVideo(_)) {
+            return true;
+        }
         matches!(
             self,
             Step::Decode { .. } | Step::DecodeRegion { .. } | Step::Npy | Step::Text | Step::Json
@@ -514,6 +533,8 @@ impl Step {
             ),
             #[cfg(feature = "audio")]
             Value::Features { rows, cols, .. } => format!("features [{rows}, {cols}]"),
+            #[cfg(feature = "video")]
+            Value::Video(c) => format!("video clips {:?}", c.shape),
         };
         let takes = if self.takes_bytes() {
             "encoded bytes (bytes, or a one-dimensional uint8 array)"
@@ -769,6 +790,11 @@ impl Step {
             }
             #[cfg(feature = "audio")]
             (step, value) if step.is_audio() => step.run_audio(value, rng)?,
+            #[cfg(feature = "video")]
+            (Step::DecodeVideo(req), Value::Bytes(b)) => {
+                let b = crate::files::resolve(b, "decode_video")?;
+                Value::Video(crate::video::decode_clips(&b, req, rng)?)
+            }
             (step, value) => return Err(step.refuse(&value)),
         })
     }
@@ -849,12 +875,86 @@ pub(super) fn into_field(value: Value) -> Field {
         Value::Features {
             data, rows, cols, ..
         } => Field::Array(float_array(vec![rows, cols], &data)),
+        #[cfg(feature = "video")]
+        Value::Video(c) => Field::Array(Array::new(DType::U8, c.shape, c.data.into())),
+    }
+}
+
+/// A `decode_video` op as the video module's request.
+#[cfg(feature = "video")]
+fn clip_request(op: &Op) -> crate::video::ClipRequest {
+    use super::{ClipPolicy, ClipSampler, VideoCrop, VideoLayout};
+    use crate::video::{ClipRequest, CropMode, Policy, Resize, Sampler, Sampling, Spacing};
+    let Op::DecodeVideo {
+        frames,
+        clips,
+        stride,
+        fps,
+        sampler,
+        policy,
+        indices,
+        resize,
+        crop,
+        crop_mode,
+        scale,
+        ratio,
+        layout,
+        max_pixels,
+        max_frames,
+    } = op
+    else {
+        unreachable!("clip_request takes decode_video");
+    };
+    ClipRequest {
+        sampling: Sampling {
+            frames: *frames,
+            clips: *clips,
+            spacing: match fps {
+                Some(f) => Spacing::Fps(*f),
+                None => Spacing::Frames(*stride),
+            },
+            sampler: match sampler {
+                ClipSampler::Random => Sampler::Random,
+                ClipSampler::Regular => Sampler::Regular,
+            },
+            policy: match policy {
+                ClipPolicy::RepeatLast => Policy::RepeatLast,
+                ClipPolicy::Wrap => Policy::Wrap,
+                ClipPolicy::Error => Policy::Error,
+            },
+        },
+        indices: indices.clone(),
+        resize: resize.map(|s| match s {
+            Size::One(n) => Resize::Shorter(n),
+            Size::Two([h, w]) => Resize::Exact(h, w),
+        }),
+        crop: crop.map(Size::square),
+        crop_mode: match crop_mode {
+            VideoCrop::Center => CropMode::Center,
+            VideoCrop::Random => CropMode::Random,
+            VideoCrop::RandomResized => CropMode::RandomResized {
+                scale: *scale,
+                ratio: *ratio,
+            },
+        },
+        channels_first: *layout == VideoLayout::Tchw,
+        limits: crate::video::VideoLimits {
+            max_pixels: *max_pixels,
+            max_frames: *max_frames,
+            ..Default::default()
+        },
     }
 }
 
 /// The field a value brings beside itself: the `<name>_mask` of audio after `crop_audio`
 /// (bool, the audio's shape, true where audio is).
 pub(super) fn companion(value: &Value, name: &str) -> Option<(String, Field)> {
+    #[cfg(feature = "video")]
+    if let Value::Video(c) = value {
+        let bytes: Vec<u8> = c.pts.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let pts = Array::new(DType::F64, c.pts_shape.clone(), bytes.into());
+        return Some((format!("{name}_pts"), Field::Array(pts)));
+    }
     #[cfg(feature = "audio")]
     if let Value::Audio {
         audio,
