@@ -149,17 +149,82 @@ pub struct Clips {
 fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
-        // Registers nothing on FFmpeg 5+; checks the libraries load. FFmpeg's own log lines
-        // are silenced: every failure comes back as an error naming the sample.
+        // Registers nothing on FFmpeg 5+; checks the libraries load. FFmpeg's error lines are
+        // never printed: each is kept for the thread that logged it (decoders run on the
+        // calling thread) and added to the error that follows.
         let _ = ff::init();
-        ff::util::log::set_level(ff::util::log::Level::Quiet);
+        ff::util::log::set_level(ff::util::log::Level::Error);
+        // SAFETY: `keep_log` has the callback's C signature and may run on any thread.
+        unsafe { ffi::av_log_set_callback(Some(keep_log)) };
     });
 }
 
-fn corrupt(reason: impl Into<String>) -> OpError {
-    OpError::CorruptVideo {
-        reason: reason.into(),
+std::thread_local! {
+    /// The errors FFmpeg logged on this thread since they were last taken.
+    static LAST_LOG: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// FFmpeg's log callback: formats the line (FFmpeg's own formatter) and keeps it.
+unsafe extern "C" fn keep_log(
+    ptr: *mut std::ffi::c_void,
+    level: std::ffi::c_int,
+    fmt: *const std::ffi::c_char,
+    vl: *mut ffi::__va_list_tag,
+) {
+    if level > ffi::AV_LOG_ERROR as std::ffi::c_int {
+        return;
     }
+    let mut line = [0 as std::ffi::c_char; 512];
+    let mut prefix: std::ffi::c_int = 0;
+    // SAFETY: FFmpeg passes its own format and argument list; the line buffer's size is given.
+    let text = unsafe {
+        ffi::av_log_format_line(ptr, level, fmt, vl, line.as_mut_ptr(), 512, &mut prefix);
+        std::ffi::CStr::from_ptr(line.as_ptr())
+    };
+    let text = text.to_string_lossy().trim().to_string();
+    let _ = LAST_LOG.try_with(|l| {
+        if let Ok(mut l) = l.try_borrow_mut() {
+            // The first few different lines: a decoder's first line often says why.
+            if l.len() < 400 && !l.split("; ").any(|x| x == text) {
+                if !l.is_empty() {
+                    l.push_str("; ");
+                }
+                l.push_str(&text);
+            }
+        }
+    });
+}
+
+/// The lines FFmpeg logged on this thread since the last call (taken), as ` (FFmpeg: ...)`,
+/// or nothing.
+fn ffmpeg_said() -> String {
+    let said = LAST_LOG
+        .try_with(|l| {
+            l.try_borrow_mut()
+                .map(|mut l| std::mem::take(&mut *l))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    if said.is_empty() {
+        String::new()
+    } else {
+        format!(" (FFmpeg: {said})")
+    }
+}
+
+fn corrupt(reason: impl Into<String>) -> OpError {
+    let mut reason = reason.into();
+    let said = ffmpeg_said();
+    if said.contains("max pixel") || said.contains("Picture size") {
+        return OpError::VideoTooLarge {
+            reason: format!(
+                "the stream's own headers claim frames larger than max_pixels allows, or than \
+                 FFmpeg decodes{said}"
+            ),
+        };
+    }
+    reason.push_str(&said);
+    OpError::CorruptVideo { reason }
 }
 
 fn guarded<T>(f: impl FnOnce() -> Result<T, OpError>) -> Result<T, OpError> {
@@ -190,6 +255,7 @@ struct Demuxed {
 
 fn open(bytes: &Bytes, limits: &VideoLimits) -> Result<Demuxed, OpError> {
     init();
+    let _ = ffmpeg_said();
     let io = ff::format::context::StreamIo::from_read_seek(Cursor::new(bytes.clone()))
         .map_err(|e| corrupt(format!("cannot read the bytes: {e}")))?;
     let mut input = ff::format::input_from_stream(io, None, None).map_err(|e| {
@@ -197,7 +263,7 @@ fn open(bytes: &Bytes, limits: &VideoLimits) -> Result<Demuxed, OpError> {
         OpError::NotVideo {
             len: bytes.len(),
             head: bytes[..n].to_vec(),
-            reason: e.to_string(),
+            reason: format!("{e}{}", ffmpeg_said()),
         }
     })?;
     let (stream, tb, width, height) = {
@@ -357,7 +423,16 @@ impl Reader {
         unsafe {
             let c = ctx.as_mut_ptr();
             (*c).thread_count = 1;
-            (*c).max_pixels = i64::try_from(limits.max_pixels).unwrap_or(i64::MAX);
+            // The limit, plus the padding codecs add to a declared size (macroblocks, CTUs):
+            // a stream whose own headers claim more than its container is refused.
+            let (w, h) = (u64::from(d.width), u64::from(d.height));
+            let margin = if w * h > 0 {
+                128 * (w + h) + 128 * 128
+            } else {
+                0
+            };
+            (*c).max_pixels =
+                i64::try_from(limits.max_pixels.saturating_add(margin)).unwrap_or(i64::MAX);
         }
         let id = ctx.id();
         let dec = ctx
@@ -553,6 +628,9 @@ fn geometry(
 /// libswscale's context for one conversion, kept while the frames' size stays the same.
 struct Scaler {
     ctx: *mut ffi::SwsContext,
+    /// A crop without scaling converts the region widened to even bounds (whole chroma
+    /// samples) here, then copies the crop out: the pixels of a whole-frame conversion.
+    scratch: Vec<u8>,
 }
 
 impl Drop for Scaler {
@@ -579,6 +657,45 @@ impl Scaler {
         let x = ((g.src[1] * fw as f64).round() as usize).min(fw - 1);
         let h = ((g.src[2] * fh as f64).round() as usize).clamp(1, fh - y);
         let w = ((g.src[3] * fw as f64).round() as usize).clamp(1, fw - x);
+        let (ow, [dy, dx, dh, dw]) = (g.out.1, g.dst);
+        let odd_end = |start: usize, len: usize, size: usize| {
+            !(start + len).is_multiple_of(2) && start + len < size
+        };
+        if (h, w) == (dh, dw)
+            && (!y.is_multiple_of(2)
+                || !x.is_multiple_of(2)
+                || odd_end(y, h, fh)
+                || odd_end(x, w, fw))
+        {
+            // No scaling, at odd bounds: convert the region widened to even bounds, then
+            // copy the crop (a crop of chroma at an odd offset would shift it by half a pixel).
+            let (y0, x0) = (y & !1, x & !1);
+            let (y1, x1) = ((y + h + 1).min(fh) & !1, (x + w + 1).min(fw) & !1);
+            let (y1, x1) = (y1.max(y + h).min(fh), x1.max(x + w).min(fw));
+            let (rh, rw) = (y1 - y0, x1 - x0);
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.resize(rh * rw * 3, 0);
+            let wide = Geometry {
+                out: (rh, rw),
+                src: [
+                    y0 as f64 / fh as f64,
+                    x0 as f64 / fw as f64,
+                    rh as f64 / fh as f64,
+                    rw as f64 / fw as f64,
+                ],
+                dst: [0, 0, rh, rw],
+            };
+            let r = self.convert(frame, &wide, &mut scratch);
+            if r.is_ok() {
+                for row in 0..h {
+                    let s = ((y - y0 + row) * rw + (x - x0)) * 3;
+                    let d = ((dy + row) * ow + dx) * 3;
+                    out[d..d + w * 3].copy_from_slice(&scratch[s..s + w * 3]);
+                }
+            }
+            self.scratch = scratch;
+            return r;
+        }
         // SAFETY: the pointer is used below while `frame` is borrowed mutably.
         let f = unsafe { frame.as_mut_ptr() };
         if (y, x, h, w) != (0, 0, fh, fw) {
@@ -600,7 +717,6 @@ impl Scaler {
                 });
             }
         }
-        let (ow, [dy, dx, dh, dw]) = (g.out.1, g.dst);
         // SAFETY: `f` is a valid decoded frame; the context is built for its size and
         // format; the destination window lies inside `out` ([out.0, out.1, 3], checked by
         // the caller's allocation) with a row stride of `ow * 3`.
@@ -692,23 +808,11 @@ fn decode_unguarded(
             (ix, lead)
         }
     };
-    let (h, w) = (d.height as usize, d.width as usize);
-    if h == 0 || w == 0 {
-        return Err(corrupt("the stream declares frames of size 0"));
-    }
-    let g = geometry(h, w, req, rng)?;
-    let (oh, ow) = g.out;
-    let frame_bytes = oh * ow * 3;
     let total = indices.len();
-    if total.saturating_mul(frame_bytes) > req.limits.max_bytes {
-        return Err(OpError::VideoTooLarge {
-            reason: format!(
-                "{total} frames of {oh} x {ow} take more than max_bytes ({})",
-                req.limits.max_bytes
-            ),
-        });
-    }
-    let mut data = vec![0u8; total * frame_bytes];
+    // The output's size, from the first frame decoded (the container's size may be absent),
+    // and its buffer, allocated then.
+    let mut layout: Option<(Geometry, usize)> = None;
+    let mut data: Vec<u8> = Vec::new();
     let pts_out: Vec<f64> = indices.iter().map(|&i| d.pts[i] as f64 * d.tick).collect();
     // The frames wanted, in presentation order, each with the outputs that show it.
     let mut wanted: Vec<(usize, usize)> = indices.iter().copied().zip(0..).collect();
@@ -721,6 +825,7 @@ fn decode_unguarded(
     let mut reader = Reader::new(d, &req.limits)?;
     let mut scaler = Scaler {
         ctx: std::ptr::null_mut(),
+        scratch: Vec::new(),
     };
     let mut i = 0;
     let mut retried = false;
@@ -741,6 +846,37 @@ fn decode_unguarded(
             }
             Some(p) if p == target => {
                 last = Some(p);
+                let (g, frame_bytes) = match layout {
+                    Some(l) => l,
+                    None => {
+                        let (h, w) = (
+                            reader.frame.height() as usize,
+                            reader.frame.width() as usize,
+                        );
+                        if (h * w) as u64 > req.limits.max_pixels {
+                            return Err(OpError::VideoTooLarge {
+                                reason: format!(
+                                    "frames of {w} x {h}, more than max_pixels ({})",
+                                    req.limits.max_pixels
+                                ),
+                            });
+                        }
+                        let g = geometry(h, w, req, rng)?;
+                        let (oh, ow) = g.out;
+                        let frame_bytes = oh * ow * 3;
+                        if total.saturating_mul(frame_bytes) > req.limits.max_bytes {
+                            return Err(OpError::VideoTooLarge {
+                                reason: format!(
+                                    "{total} frames of {oh} x {ow} take more than max_bytes ({})",
+                                    req.limits.max_bytes
+                                ),
+                            });
+                        }
+                        data = vec![0u8; total * frame_bytes];
+                        layout = Some((g, frame_bytes));
+                        (g, frame_bytes)
+                    }
+                };
                 let dst = &mut data[slot * frame_bytes..(slot + 1) * frame_bytes];
                 scaler.convert(&mut reader.frame, &g, dst)?;
                 // The same frame at other outputs (a repeated index) is a copy.
@@ -784,6 +920,10 @@ fn decode_unguarded(
             reader.seek(seek_start)?;
         }
     }
+    let Some((g, frame_bytes)) = layout else {
+        return Err(corrupt("no frame was decoded"));
+    };
+    let (oh, ow) = g.out;
     let (shape, data) = if req.channels_first {
         let mut t = vec![0u8; data.len()];
         for (src, dst) in data
