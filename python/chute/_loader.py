@@ -162,7 +162,9 @@ class Loader:
       ``horizontal_flip``, ``normalize``, ``chw``, ``cast``, ``label``, ``npy``, ``text``,
       ``json``, ``tokenize``, ``chat``; audio: ``decode_audio``, ``resample``,
       ``crop_audio``, ``log_mel`` (Whisper's features), ``fbank`` (Kaldi's),
-      ``spec_augment``; a field may be ``{"as": name, "ops": [...], "optional": bool}``; see
+      ``spec_augment``; video (the cargo feature ``video``): ``decode_video`` (clips of
+      uint8 frames sampled as torchcodec's samplers sample them, resized and cropped, with a
+      ``<name>_pts`` field; see the README's "Video"); a field may be ``{"as": name, "ops": [...], "optional": bool}``; see
       the README's "Transforms" and "Audio"); and/or callables ``f(sample)`` or ``f(sample, rng)`` run on the worker
       threads (under the GIL), in the order given. ``sample`` is a dict of numpy arrays (copies, in the batch's dtype),
       ``bytes`` and ``str``, plus ``"__index__"`` (the global sample id) and ``"__key__"``

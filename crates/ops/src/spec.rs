@@ -45,6 +45,7 @@
 //! | `log_mel` (`n_mels`, `n_samples`) | 16 kHz mono audio | Whisper's log-mel spectrogram, `float32 [n_mels, frames]` |
 //! | `fbank` (torchaudio's Kaldi options, `scale`) | decoded audio | Kaldi filter banks, `float32 [frames, bins]` |
 //! | `spec_augment` (`freq_masks`, `freq_width`, `time_masks`, `time_width`, `max_time_ratio`, `value`) | `log_mel` or `fbank` features | the features, masked |
+//! | `decode_video` (`frames`, `clips`, `stride` or `fps`, `sampler`, `policy`, `indices`, `resize`, `crop`, `crop_mode`, `scale`, `ratio`, `layout`, `max_pixels`, `max_frames`: see [`Op::DecodeVideo`]) | encoded video (any codec and container the system's FFmpeg reads), or a path or URL naming a file | `uint8 [T, H, W, 3]` RGB clips (`[clips, T, ...]` for several; `TCHW` on request) and a `<name>_pts` field of the frames' times, `float64` seconds (feature `video`); its field's only op |
 //!
 //! Output sizes are at most 65,535 a side and 178,956,970 pixels (PIL's bomb limit): a spec
 //! asking for more is refused when built, and a `resize` of the shorter side that would give
@@ -52,7 +53,8 @@
 //! anything is allocated.
 //!
 //! Randomness (`random_resized_crop`, `horizontal_flip`, `crop_audio`'s offset, `fbank`'s
-//! dither, `spec_augment`) comes only from the sample's RNG, so
+//! dither, `spec_augment`, `decode_video`'s clip starts and crops) comes only from the sample's
+//! RNG, so
 //! crops and flips depend on (seed, epoch, sample), never on the worker. When `decode` is
 //! followed by `random_resized_crop` or `resize`, the crop is drawn from the image's header
 //! size before decoding, so the decoder may decode at a reduced size where the output is much

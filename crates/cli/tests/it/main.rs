@@ -445,6 +445,56 @@ fn audio_demo_trains_on_whisper_features_and_inspect_shows_the_clips() {
     assert!((1.0..=12.0).contains(&seconds), "{seconds}");
 }
 
+#[cfg(feature = "video")]
+#[test]
+fn video_demo_trains_on_random_clips_and_inspect_shows_the_videos() {
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().join("video");
+    let keep = keep.to_str().unwrap();
+    let args = [
+        "demo",
+        "--video",
+        "--videos",
+        "12",
+        "--batch-size",
+        "4",
+        "--epochs",
+        "1",
+        "--step-ms",
+        "0",
+    ];
+    let out = ok(&[&args[..], &["--keep", keep]].concat());
+    assert!(out.contains("encoded 12 synthetic videos"), "{out}");
+    assert!(
+        out.contains("uint8 [4, 16, 112, 112, 3]") && out.contains("clips/s"),
+        "{out}"
+    );
+    let four = json(&ok(&[&args[..], &["--json", "--workers", "4"]].concat()));
+    let one = json(&ok(&[&args[..], &["--json", "--workers", "1"]].concat()));
+    assert_eq!(four["samples"], 12);
+    assert_eq!(
+        four["digest"], one["digest"],
+        "the same clips and crops for any worker count"
+    );
+    let shard = format!("{keep}/video-000000.tar");
+    let report = json(&ok(&["inspect", &shard, "--json", "-n", "1"]));
+    let first = &report["first"][0]["fields"]["mp4"]["video"];
+    assert!(
+        first["codec"] == "h264" || first["codec"] == "mpeg4",
+        "{report}"
+    );
+    assert_eq!(
+        (first["width"].clone(), first["height"].clone()),
+        (320.into(), 240.into())
+    );
+    assert_eq!(first["fps"], 25.0);
+    let frames = first["frames"].as_u64().unwrap();
+    assert!((50..=100).contains(&frames), "{frames}");
+    let seconds = first["seconds"].as_f64().unwrap();
+    assert!((seconds - frames as f64 / 25.0).abs() < 1e-6, "{seconds}");
+    assert!(report["first"][0]["fields"]["cls"].get("video").is_none());
+}
+
 fn golden(rel: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../testdata")

@@ -245,27 +245,76 @@ struct Demuxed {
     pts: Vec<i64>,
     /// The key frames' presentation times, ascending.
     keys: Vec<i64>,
-    /// Where to seek for each key frame (its lowest of pts and dts), by `keys`' order.
+    /// Where a seek to each key frame goes: its presentation time in containers that index
+    /// their frames by it (MP4, Matroska), else its decode time (the generic seek, which
+    /// MPEG-TS uses, compares decode times).
     key_seek: Vec<i64>,
+    /// MP4/MOV or Matroska/WebM: the container indexes its frames.
+    indexed: bool,
     /// The end of the last frame, ticks.
     end: i64,
     width: u32,
     height: u32,
 }
 
-fn open(bytes: &Bytes, limits: &VideoLimits) -> Result<Demuxed, OpError> {
-    init();
-    let _ = ffmpeg_said();
-    let io = ff::format::context::StreamIo::from_read_seek(Cursor::new(bytes.clone()))
-        .map_err(|e| corrupt(format!("cannot read the bytes: {e}")))?;
-    let mut input = ff::format::input_from_stream(io, None, None).map_err(|e| {
+/// The container opened over `bytes`. `analyze`: also run FFmpeg's stream analysis
+/// (`avformat_find_stream_info`, which decodes frames: the average frame rate for
+/// [`probe`]); without it, only for containers whose headers do not describe their streams
+/// (all but MP4/MOV and Matroska/WebM) or leave the video stream's codec unknown.
+fn demuxer(bytes: &Bytes, analyze: bool) -> Result<ff::format::context::Input, OpError> {
+    let not_video = |e: ff::Error| {
         let n = bytes.len().min(8);
         OpError::NotVideo {
             len: bytes.len(),
             head: bytes[..n].to_vec(),
             reason: format!("{e}{}", ffmpeg_said()),
         }
-    })?;
+    };
+    let mut io = ff::format::context::StreamIo::from_read_seek(Cursor::new(bytes.clone()))
+        .map_err(|e| corrupt(format!("cannot read the bytes: {e}")))?;
+    // SAFETY: the format context is allocated here and given the StreamIo's AVIOContext;
+    // `wrap_with_custom_io` then owns both (the StreamIo outlives the context's use of it).
+    // On failure avformat_open_input frees the context, and the StreamIo drops.
+    unsafe {
+        let mut ps = ffi::avformat_alloc_context();
+        if ps.is_null() {
+            return Err(corrupt("out of memory opening the container"));
+        }
+        (*ps).pb = io.as_mut_ptr();
+        (*ps).flags |= ffi::AVFMT_FLAG_CUSTOM_IO as i32;
+        let r = ffi::avformat_open_input(
+            &mut ps,
+            std::ptr::null(),
+            std::ptr::null(),
+            std::ptr::null_mut(),
+        );
+        if r < 0 {
+            return Err(not_video(ff::Error::from(r)));
+        }
+        // MP4/MOV and Matroska/WebM describe their streams fully in their headers (and
+        // index them); other containers (MPEG-TS, AVI, elementary streams) are analyzed.
+        let name = std::ffi::CStr::from_ptr((*(*ps).iformat).name).to_string_lossy();
+        let described = matches!(name.as_ref(), "mov,mp4,m4a,3gp,3g2,mj2" | "matroska,webm");
+        let known = (0..(*ps).nb_streams as usize).any(|i| {
+            let par = (**(*ps).streams.add(i)).codecpar;
+            (*par).codec_type == ffi::AVMediaType::AVMEDIA_TYPE_VIDEO
+                && (*par).codec_id != ffi::AVCodecID::AV_CODEC_ID_NONE
+        });
+        if analyze || !known || !described {
+            let r = ffi::avformat_find_stream_info(ps, std::ptr::null_mut());
+            if r < 0 {
+                ffi::avformat_close_input(&mut ps);
+                return Err(not_video(ff::Error::from(r)));
+            }
+        }
+        Ok(ff::format::context::Input::wrap_with_custom_io(ps, io))
+    }
+}
+
+fn open(bytes: &Bytes, limits: &VideoLimits, analyze: bool) -> Result<Demuxed, OpError> {
+    init();
+    let _ = ffmpeg_said();
+    let mut input = demuxer(bytes, analyze)?;
     let (stream, tb, width, height) = {
         let s = input
             .streams()
@@ -355,13 +404,17 @@ fn open(bytes: &Bytes, limits: &VideoLimits) -> Result<Demuxed, OpError> {
     entries.sort_unstable_by_key(|e| e.0);
     entries.dedup_by_key(|e| e.0);
     let pts: Vec<i64> = entries.iter().map(|e| e.0).collect();
+    let indexed = matches!(
+        input.format().name(),
+        "mov,mp4,m4a,3gp,3g2,mj2" | "matroska,webm"
+    );
     let mut keys: Vec<(i64, i64)> = entries
         .iter()
         .filter(|e| e.2)
-        .map(|e| (e.0, e.0.min(e.1)))
+        .map(|e| (e.0, if indexed { e.0 } else { e.0.min(e.1) }))
         .collect();
     if keys.is_empty() {
-        keys.push((pts[0], entries[0].1.min(pts[0])));
+        keys.push((pts[0], pts[0]));
     }
     let last = entries.last().expect("not empty");
     let end = last.0 + last.3.max(1);
@@ -372,6 +425,7 @@ fn open(bytes: &Bytes, limits: &VideoLimits) -> Result<Demuxed, OpError> {
         pts,
         keys: keys.iter().map(|k| k.0).collect(),
         key_seek: keys.iter().map(|k| k.1).collect(),
+        indexed,
         end,
         width,
         height,
@@ -381,7 +435,7 @@ fn open(bytes: &Bytes, limits: &VideoLimits) -> Result<Demuxed, OpError> {
 /// What `bytes`' headers and packets say (nothing is decoded).
 pub fn probe(bytes: &Bytes) -> Result<VideoInfo, OpError> {
     guarded(|| {
-        let d = open(bytes, &VideoLimits::default())?;
+        let d = open(bytes, &VideoLimits::default(), true)?;
         let s = d
             .input
             .stream(d.stream)
@@ -408,6 +462,13 @@ struct Reader {
     frame: ff::frame::Video,
     packet: ff::Packet,
     eof_sent: bool,
+    /// The presentation times of the frames wanted (sorted): the packets of other frames
+    /// are decoded only if other frames refer to them (`skip_frame` = non-reference frames).
+    /// `None` decodes every frame.
+    wanted: Option<Vec<i64>>,
+    /// After a seek: packets are dropped until a key frame's (a demuxer that seeks by
+    /// byte or decode time may land before one; the decoder then starts clean).
+    need_key: bool,
 }
 
 impl Reader {
@@ -450,12 +511,14 @@ impl Reader {
             frame: ff::frame::Video::empty(),
             packet: ff::Packet::empty(),
             eof_sent: false,
+            wanted: None,
+            need_key: false,
         })
     }
 
-    /// Seeks to the key frame at or before `ts` (a seek position, ticks) and resets the
-    /// decoder.
-    fn seek(&mut self, ts: i64) -> Result<(), OpError> {
+    /// Seeks to key frame `k` (of the scan's) or one before it, and resets the decoder.
+    fn seek(&mut self, k: usize) -> Result<(), OpError> {
+        let ts = self.d.key_seek[k];
         // SAFETY: the input's format context is open; the stream index is one of its streams.
         let r = unsafe {
             ffi::av_seek_frame(
@@ -465,6 +528,21 @@ impl Reader {
                 ffi::AVSEEK_FLAG_BACKWARD,
             )
         };
+        self.reset(r)
+    }
+
+    /// Goes back to the stream's start: by byte position where the container is not indexed
+    /// (a time seek there may land past the first frame), and resets the decoder.
+    fn rewind(&mut self) -> Result<(), OpError> {
+        if self.d.indexed {
+            return self.seek(0);
+        }
+        self.reset(-1)
+    }
+
+    /// After a seek that returned `r`: on failure, rewinds by byte position; then resets the
+    /// decoder, which starts again at a key frame.
+    fn reset(&mut self, r: i32) -> Result<(), OpError> {
         if r < 0 {
             // Some demuxers cannot seek to an arbitrary time: rewind the bytes instead.
             // SAFETY: as above; seeking by byte position 0.
@@ -485,7 +563,21 @@ impl Reader {
         }
         self.dec.flush();
         self.eof_sent = false;
+        self.need_key = true;
         Ok(())
+    }
+
+    /// Whether the decoder skips the non-reference frame a packet holds (a frame nothing
+    /// else is decoded from: no other frame changes).
+    fn skip_nonref(&mut self, skip: bool) {
+        let mode = if skip {
+            ffi::AVDiscard::AVDISCARD_NONREF
+        } else {
+            ffi::AVDiscard::AVDISCARD_DEFAULT
+        };
+        // SAFETY: the decoder's context is open; `skip_frame` is read when a packet decodes
+        // (on this thread: one decoder thread).
+        unsafe { (*self.dec.as_mut_ptr()).skip_frame = mode };
     }
 
     /// The next decoded frame's presentation time (the frame is in `self.frame`), or `None`
@@ -510,6 +602,24 @@ impl Reader {
             loop {
                 match self.packet.read(&mut self.d.input) {
                     Ok(()) if self.packet.stream() == self.d.stream => {
+                        // A key frame by its flag, or by the scan's (a parser reset by the seek
+                        // may not flag the first one it sees).
+                        let scanned_key = self
+                            .packet
+                            .pts()
+                            .is_some_and(|p| self.d.keys.binary_search(&p).is_ok());
+                        if self.need_key && !self.packet.is_key() && !scanned_key {
+                            continue;
+                        }
+                        self.need_key = false;
+                        if let Some(wanted) = &self.wanted {
+                            let pts = self.packet.pts().or(self.packet.dts());
+                            let skip = match pts {
+                                Some(p) => wanted.binary_search(&p).is_err(),
+                                None => false,
+                            };
+                            self.skip_nonref(skip);
+                        }
                         if let Err(e) = self.dec.send_packet(&self.packet) {
                             return Err(corrupt(format!("the decoder refused a packet: {e}")));
                         }
@@ -781,7 +891,7 @@ fn decode_unguarded(
     req: &ClipRequest,
     rng: &mut SampleRng,
 ) -> Result<Clips, OpError> {
-    let d = open(bytes, &req.limits)?;
+    let d = open(bytes, &req.limits, false)?;
     let n = d.pts.len();
     let (indices, lead) = match &req.indices {
         Some(ix) => {
@@ -798,7 +908,8 @@ fn decode_unguarded(
                 pts: d.pts.iter().map(|&p| p as f64 * d.tick).collect(),
                 end: d.end as f64 * d.tick,
             };
-            let ix = sample::clip_indices(&req.sampling, &table, rng).map_err(corrupt)?;
+            let ix = sample::clip_indices(&req.sampling, &table, rng)
+                .map_err(|why| OpError::wrong_input("decode_video", why))?;
             let s = &req.sampling;
             let lead = if s.clips > 1 {
                 vec![s.clips, s.frames]
@@ -817,12 +928,13 @@ fn decode_unguarded(
     // The frames wanted, in presentation order, each with the outputs that show it.
     let mut wanted: Vec<(usize, usize)> = indices.iter().copied().zip(0..).collect();
     wanted.sort_unstable();
-    let first_pts = d.pts[0];
-    let seek_start = d.key_seek[0].min(first_pts);
     let key_at = |pts: i64, d: &Demuxed| -> usize {
         d.keys.partition_point(|&k| k <= pts).saturating_sub(1)
     };
     let mut reader = Reader::new(d, &req.limits)?;
+    let mut wanted_pts: Vec<i64> = wanted.iter().map(|&(i, _)| reader.d.pts[i]).collect();
+    wanted_pts.dedup();
+    reader.wanted = Some(wanted_pts);
     let mut scaler = Scaler {
         ctx: std::ptr::null_mut(),
         scratch: Vec::new(),
@@ -832,8 +944,7 @@ fn decode_unguarded(
     let mut last: Option<i64> = None;
     {
         let k = key_at(reader.d.pts[wanted[0].0], &reader.d);
-        let ts = reader.d.key_seek[k];
-        reader.seek(ts)?;
+        reader.seek(k)?;
     }
     while i < wanted.len() {
         let (index, slot) = wanted[i];
@@ -895,8 +1006,7 @@ fn decode_unguarded(
                 if let Some(&(next, _)) = wanted.get(i) {
                     let k = key_at(reader.d.pts[next], &reader.d);
                     if reader.d.keys[k] > p {
-                        let ts = reader.d.key_seek[k];
-                        reader.seek(ts)?;
+                        reader.seek(k)?;
                     }
                 }
                 continue;
@@ -917,7 +1027,11 @@ fn decode_unguarded(
             // A seek that landed past the frame, or a frame the decoder dropped after a
             // seek: decode from the start.
             retried = true;
-            reader.seek(seek_start)?;
+            // Decode every frame this time (a packet holding two frames, as packed MPEG-4
+            // B-frames do, would have hidden one).
+            reader.wanted = None;
+            reader.skip_nonref(false);
+            reader.rewind()?;
         }
     }
     let Some((g, frame_bytes)) = layout else {
