@@ -9,12 +9,15 @@ export RUSTDOCFLAGS="${RUSTDOCFLAGS:--D warnings}"
 # Video (the cargo feature `video`) links the system's FFmpeg libraries: built and tested
 # wherever their development files are installed (.ci/run installs them), skipped otherwise.
 FEATURES=()
-if pkg-config --exists libavcodec libavformat libswscale 2>/dev/null; then
+# The feature needs FFmpeg's development files and libclang (bindgen loads it to make the
+# bindings; libclang-cpp is another library).
+if pkg-config --exists libavcodec libavformat libswscale 2>/dev/null \
+  && /sbin/ldconfig -p 2>/dev/null | grep -qE "libclang(-[0-9]+)?\.so"; then
   FEATURES=(--features chute-cli/video,chute-python/video)
   export MATURIN_PEP517_ARGS="${MATURIN_PEP517_ARGS:---features video}"
   echo "== video: FFmpeg $(pkg-config --modversion libavcodec) found; building with the feature video"
 else
-  echo "== video: no FFmpeg development files (pkg-config libavcodec); building without video (its tests skip)"
+  echo "== video: no FFmpeg development files (pkg-config libavcodec) or no libclang; building without video (its tests skip)"
 fi
 
 echo "== layers (cargo tree)"
@@ -80,7 +83,8 @@ fi
 # resamples them, kaldi-native-fbank gives reference fbank features. torch only on request
 # (below): its PyPI wheel pulls ~3 GB of CUDA libraries, and without it its tests skip, saying so.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check numpy pytest jax mypy \
-  webdataset pyarrow pillow datasets tokenizers transformers soundfile soxr av kaldi-native-fbank
+  webdataset pyarrow pillow datasets tokenizers transformers soundfile soxr av kaldi-native-fbank \
+  msgpack
 # CHUTE_TEST_TORCH=1 (set by .ci/run) also installs torch so its tests run (DataLoader,
 # from_dlpack, Stateful). Best effort: if the ~3 GB download fails, those tests skip and say so.
 if [ "${CHUTE_TEST_TORCH:-0}" = 1 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then

@@ -44,6 +44,20 @@ class Source:
     @property
     def format(self) -> str: ...
     @property
+    def column_types(self) -> Dict[str, str]:
+        """The source types of the columns a batch holds as numbers of another type, in
+        column order: ``{"ts": "timestamp[us, tz=UTC]", "day": "date32[day]", "price":
+        "decimal128(10, 2)", "cat": "dictionary<Int32, Utf8>"}``."""
+    @property
+    def dictionaries(self) -> Dict[str, List[Any]]:
+        """The dictionary of each column read as codes (``dictionaries="codes"``): code ``i``
+        stands for value ``i`` (``{"level": ["low", "mid", "high"]}``)."""
+    @property
+    def numpy_types(self) -> Dict[str, str]:
+        """The numpy dtypes of the time columns (timestamps of any zone, as UTC instants;
+        dates; durations) that ``Loader(output="numpy")`` views their int64 counts as:
+        ``{"ts": "datetime64[us]", "wait": "timedelta64[ms]"}`` (nulls ``NaT``)."""
+    @property
     def structure(self) -> Any: ...
     @property
     def shards(self) -> List[Tuple[str, int]]: ...
@@ -68,6 +82,8 @@ def dataset(
     nulls: str = "mask",
     fill_null: Optional[float] = None,
     structs: str = "flatten",
+    decimals: str = "float",
+    dictionaries: str = "values",
     index: str = "auto",
     raw: bool = False,
     verify_checksums: bool = True,
@@ -314,12 +330,19 @@ def parquet(
     nulls: str = "mask",
     fill_null: Optional[float] = None,
     structs: str = "flatten",
+    decimals: str = "float",
+    dictionaries: str = "values",
 ) -> Source:
     """Parquet files, paths or URLs (downloaded whole when opened): projected columns; numeric
     ``[B]``, fixed-size lists ``[B, k]``; ``stack={"x": ["f0", "f1"]}`` (or ``"f{0..15}"``)
     stacks numeric columns of one dtype into one ``[B, k]`` column ``x`` on the workers.
-    Timestamps, dates, times and durations come out as int64 counts of their unit, decimals as
-    float64, fixed-size binary as ``[B, k]`` uint8, dictionary columns as their values.
+    Timestamps, dates, times and durations come out as int64 counts of their unit (numpy
+    ``datetime64`` / ``timedelta64`` from a loader with numpy output; see
+    ``Source.numpy_types``), decimals as float64 (the nearest double) or, with
+    ``decimals="exact"``, ``decimal.Decimal`` values (a list a batch, as pyarrow's
+    ``to_pylist`` gives them; a Python transform sees their text), fixed-size binary as
+    ``[B, k]`` uint8, dictionary columns as their values or, with ``dictionaries="codes"``,
+    int64 codes into one dictionary for the source (``Source.dictionaries``).
     ``nulls="mask"`` (the default): a column that holds nulls (as the files' metadata says)
     has its null slots filled (``fill_null`` for numbers, else NaN for floats and 0 for
     integers; false, empty bytes, text and lists) and a ``<name>_valid`` bool column, true
@@ -347,12 +370,17 @@ def arrow(
     nulls: str = "mask",
     fill_null: Optional[float] = None,
     structs: str = "flatten",
+    decimals: str = "float",
+    dictionaries: str = "values",
 ) -> Source:
     """Arrow IPC files or streams (paths or URLs, folders, globs, manifests; memory-mapped), or
     Arrow data in memory (anything with ``__arrow_c_stream__``: a pyarrow ``Table``, a Polars
     ``DataFrame``), read in place: numbers and bools ``[B]``, fixed-size lists ``[B, k]``,
     lists of numbers one array per sample, binary and strings lists; other types, nulls
-    (``nulls``, ``fill_null``), structs (``structs``) and nested values as for ``parquet``."""
+    (``nulls``, ``fill_null``), structs (``structs``), decimals (``decimals``), dictionaries
+    (``dictionaries``) and nested values as for ``parquet``. A Hugging Face
+    ``datasets.Dataset`` is read as ``chute.Loader(ds)`` reads it (its table in place, its
+    indices mapping applied), with these options (``chute.arrow(ds, decimals="exact")``)."""
 
 def arrow_table(
     data: Any,
@@ -365,6 +393,8 @@ def arrow_table(
     nulls: str = "mask",
     fill_null: Optional[float] = None,
     structs: str = "flatten",
+    decimals: str = "float",
+    dictionaries: str = "values",
 ) -> Source:
     """Arrow data in memory (``__arrow_c_stream__``) as a source, with an optional row mapping
     (little-endian uint64 bytes: sample ``i`` is row ``indices[i]``); what ``chute.Loader``

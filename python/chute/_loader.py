@@ -79,7 +79,8 @@ class Loader:
     naming its index and the path inside it. Arrays are copied when ``__getitem__`` returns
     (so a dataset may reuse its buffers). With a
     torch tensor among the leaves and no ``output=``, batches are torch tensors. Native
-    ``transforms`` apply to the fields of a dict sample (``{"jpg": b"...", "cls": 3}``).
+    ``transforms`` apply to the fields of a dict sample (``{"jpg": b"...", "cls": 3}``); a
+    field they rename (``{"as": ...}``) arrives under its new name in place of the old one.
 
     ``for batch in loader`` is one epoch; the next ``for`` is the next epoch. Each batch is a
     ``dict[str, array]``: fixed-shape columns are numpy arrays viewing chute's buffers (no
@@ -160,7 +161,10 @@ class Loader:
       "random_resized_crop", "size": 224}, {"op": "horizontal_flip"}], "cls": [{"op":
       "label"}]}`` (the ops: ``decode``, ``resize``, ``center_crop``, ``random_resized_crop``,
       ``horizontal_flip``, ``normalize``, ``chw``, ``cast``, ``label``, ``npy``, ``text``,
-      ``json``, ``tokenize``, ``chat``; audio: ``decode_audio``, ``resample``,
+      ``json``, ``msgpack``, ``npz``, ``tenbin``, ``tokenize``, ``chat``; ``auto`` decodes
+      a WebDataset member by its extension as the ``webdataset`` package's ``.decode()``
+      does, pickles only with ``{"op": "auto", "pickle": True}``, and the key ``"*"`` stands
+      for every field no other key names; audio: ``decode_audio``, ``resample``,
       ``crop_audio``, ``log_mel`` (Whisper's features), ``fbank`` (Kaldi's),
       ``spec_augment``; video (the cargo feature ``video``): ``decode_video`` (clips of
       uint8 frames sampled as torchcodec's samplers sample them, resized and cropped, with a
@@ -308,7 +312,7 @@ class Loader:
         self._workers: Optional[Any] = None
         # The engine's transforms; in process mode, the Python callables at their head run in
         # the worker processes instead (before the native ops, as listed).
-        specs = [_transform(t) for t in _as_list(transforms)]
+        specs = [_transform(t) for t in _with_unpicklers(_as_list(transforms))]
         worker_specs: List[Any] = []
         while process and specs and isinstance(specs[0], tuple):
             worker_specs.append(specs.pop(0))
@@ -417,6 +421,11 @@ class Loader:
         self._tensors_out = output is None
         if output is None:
             output = "numpy"
+        # Columns of time counts that numpy has a type for, viewed as it (numpy output only:
+        # torch and JAX have no datetime types, so they keep the int64 counts).
+        self._time_views: Dict[str, Any] = {}
+        if output == "numpy" and isinstance(source, _chute.Source) and source.format != "python":
+            self._time_views = {k: numpy.dtype(v) for k, v in source.numpy_types.items()}
         if isinstance(shuffle, bool):
             shuffle = "global" if shuffle else "none"
         elif not isinstance(shuffle, str):
@@ -550,8 +559,32 @@ class Loader:
         if self._source.format != "python":
             # iter(): a new pass (the engine's __iter__ starts the next epoch when the last
             # one's batches were all delivered).
+            if self._time_views:
+                return (self._view_times(b) for b in self._inner)
             return iter(self._inner)
         return (self._rebuild(b) for b in self._inner)
+
+    def _view_times(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        """Timestamp, date and duration columns as numpy ``datetime64`` / ``timedelta64``
+        (views of the int64 counts, no copy), ``NaT`` where ``<name>_valid`` marks a null."""
+        for name, dtype in self._time_views.items():
+            col = batch.get(name)
+            if isinstance(col, list):  # one array per sample (lists of times, pad=False)
+                batch[name] = [a.view(dtype) if getattr(a, "dtype", None) == numpy.int64 else a
+                               for a in col]
+                continue
+            if not isinstance(col, numpy.ndarray) or col.dtype != numpy.int64:
+                continue
+            times = col.view(dtype)
+            valid = batch.get(name + "_valid")
+            if isinstance(valid, numpy.ndarray) and valid.shape == times.shape[: valid.ndim] \
+                    and not valid.all():
+                if not times.flags.writeable:
+                    times = times.copy()
+                times[~valid] = numpy.datetime64("NaT") if dtype.kind == "M" else \
+                    numpy.timedelta64("NaT")
+            batch[name] = times
+        return batch
 
     def _rebuild(self, batch: Dict[str, Any]) -> Any:
         """A Python dataset's batch in its samples' structure, as default_collate builds it."""
@@ -931,7 +964,8 @@ def _check_collate_fn(collate_fn: Any, transforms: Any, on_error: str) -> None:
 _hf_sources: "Dict[int, Tuple[Any, _chute.Source]]" = {}
 
 
-def _hf_arrow(obj: Any) -> "Optional[_chute.Source]":
+def _hf_arrow(obj: Any, decimals: str = "float",
+              dictionaries: str = "values") -> "Optional[_chute.Source]":
     """A Hugging Face ``datasets.Dataset`` as a native source over its Arrow table (the
     cache files' memory maps, or the table in memory) and its indices mapping (``shuffle()``,
     ``select()``), with no Python per row; ``None`` for anything else, and for datasets with
@@ -948,7 +982,8 @@ def _hf_arrow(obj: Any) -> "Optional[_chute.Source]":
     # A dataset object's table never changes (its methods return new datasets; the in-place
     # ones change its fingerprint), so the source is made once per (fingerprint, columns):
     # importing the table's record batches costs about 25 us each.
-    key = (getattr(obj, "_fingerprint", None), None if columns is None else tuple(columns))
+    key = (getattr(obj, "_fingerprint", None), None if columns is None else tuple(columns),
+           decimals, dictionaries)
     cached = _hf_sources.get(id(obj))
     if cached is not None and key[0] is not None and cached[0] == key:
         return cached[1]
@@ -958,7 +993,8 @@ def _hf_arrow(obj: Any) -> "Optional[_chute.Source]":
         indices = numpy.asarray(column.to_numpy(), dtype="<u8").tobytes()
     files = [f.get("filename") for f in obj.cache_files]
     name = files[0] if files else f"datasets.Dataset({obj.info.dataset_name or 'in memory'})"
-    source = _chute.arrow_table(obj.data.table, indices=indices, columns=columns, name=str(name))
+    source = _chute.arrow_table(obj.data.table, indices=indices, columns=columns, name=str(name),
+                                decimals=decimals, dictionaries=dictionaries)
     if id(obj) not in _hf_sources:
         weakref.finalize(obj, _hf_sources.pop, id(obj), None)
     _hf_sources[id(obj)] = (key, source)
@@ -998,8 +1034,9 @@ def _collated(tree: Any, batch: Dict[str, Any], to_torch: Optional[Callable[[Any
         _, column, leaf = tree
         if column not in batch:
             raise KeyError(
-                f"the batch has no column {column!r}, which the dataset's samples have: a "
-                "transform removed or renamed it (keep the dataset's field names)"
+                f"the batch has no column {column!r}, which the dataset's samples have at a "
+                "position of a tuple or list: a transform removed or renamed it (keep the "
+                "names of fields inside sequences; fields of a mapping may be renamed)"
             )
         value = batch[column]
         if leaf == "None":
@@ -1009,7 +1046,10 @@ def _collated(tree: Any, batch: Dict[str, Any], to_torch: Optional[Callable[[Any
         return value
     _, typ, items = tree
     if kind == "map":
-        d = {key: _collated(node, batch, to_torch) for key, node in items}
+        # A field a transform renamed ({"as": ...}) or removed is not there: the mapping
+        # leaves it out (its new name comes along, as other added columns do).
+        d = {key: _collated(node, batch, to_torch) for key, node in items
+             if node[0] != "leaf" or node[1] in batch}
         if typ is dict:
             return d
         try:
@@ -1121,6 +1161,49 @@ def _as_list(transforms: Union[Transform, Sequence[Transform], None]) -> List[Tr
     if callable(transforms) or isinstance(transforms, Mapping):
         return [transforms]
     return list(transforms)
+
+
+_PICKLES = ("pyd", "pkl", "pickle")
+
+
+def _with_unpicklers(transforms: List[Transform]) -> List[Transform]:
+    """After each op spec whose ``auto`` op lets pickles through (``"pickle": True``), a
+    transform that unpickles them, as the ``webdataset`` package's default decoder does: the
+    explicit opt-in for members whose loading runs code. Their values must be what a batch
+    holds (numbers, strings, bytes, lists, dicts, numpy arrays)."""
+    out: List[Transform] = []
+    for t in transforms:
+        out.append(t)
+        if not isinstance(t, Mapping):
+            continue
+        keys: "set[str]" = set()
+        for key, entry in t.items():
+            ops = entry.get("ops", []) if isinstance(entry, Mapping) else entry
+            if any(isinstance(op, Mapping) and op.get("op") == "auto" and op.get("pickle")
+                   for op in ops or []):
+                keys.update(k.strip() for k in str(key).split(";"))
+        if keys:
+            out.append(_Unpickle(frozenset(keys)))
+    return out
+
+
+class _Unpickle:
+    """Unpickles the pickle members (``.pyd``, ``.pkl``, ``.pickle``) among ``keys`` (``*``:
+    any field)."""
+
+    def __init__(self, keys: "frozenset[str]") -> None:
+        self.keys = keys
+
+    def __call__(self, sample: Dict[str, Any]) -> Dict[str, Any]:
+        import pickle
+
+        for k, v in sample.items():
+            if not isinstance(v, bytes) or not ("*" in self.keys or k in self.keys):
+                continue
+            name = k[:-3] if k.endswith(".gz") else k
+            if name.rsplit(".", 1)[-1] in _PICKLES:
+                sample[k] = pickle.loads(v)
+        return sample
 
 
 def _transform(t: Transform) -> Any:

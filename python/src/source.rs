@@ -12,7 +12,7 @@ use chute::formats::Fill;
 use chute::formats::ipc::{ArrowOptions, ArrowSource};
 use chute::formats::{Format, IndexMode};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyString};
+use pyo3::types::{PyCapsule, PyDict, PyString};
 
 use crate::errors;
 use crate::map_dataset::MapDataset;
@@ -95,6 +95,44 @@ impl Source {
     #[getter]
     fn format(&self) -> &'static str {
         self.format
+    }
+
+    /// The source types of the columns a batch holds as numbers of another type
+    /// (`{"ts": "timestamp[us, tz=UTC]", "day": "date32[day]", "price": "decimal128(10, 2)"}`),
+    /// in column order; empty for sources without such columns.
+    #[getter]
+    fn column_types<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for c in self.inner.column_types() {
+            d.set_item(c.name, c.source)?;
+        }
+        Ok(d)
+    }
+
+    /// The dictionary of each column read as codes (`dictionaries="codes"`): `{"color":
+    /// ["red", "green", "blue"]}`, code `i` standing for value `i`.
+    #[getter]
+    fn dictionaries<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for c in self.inner.column_types() {
+            if let Some(values) = &c.dictionary {
+                d.set_item(c.name, crate::values::list_of(py, values)?)?;
+            }
+        }
+        Ok(d)
+    }
+
+    /// The numpy dtypes of the columns whose int64 counts numpy has a type for
+    /// (`{"ts": "datetime64[us]", "took": "timedelta64[ms]"}`): what the loader views them as.
+    #[getter]
+    fn numpy_types<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for c in self.inner.column_types() {
+            if let Some(numpy) = c.numpy {
+                d.set_item(c.name, numpy)?;
+            }
+        }
+        Ok(d)
     }
 
     /// For a Python dataset, the structure of its samples once one has been read (what the
@@ -226,7 +264,9 @@ fn open(py: Python<'_>, paths: &Bound<'_, PyAny>, options: OpenOptions) -> PyRes
 #[pyfunction]
 #[pyo3(signature = (paths, format=None, *, seq_len=None, dtype=None, out_dtype=None,
                     columns=None, chunk_rows=None, stack=None, cache_bytes=None,
-                    nulls="mask", fill_null=None, structs="flatten", index="auto", raw=false,
+                    nulls="mask", fill_null=None, structs="flatten", decimals="float",
+                    dictionaries="values", index="auto",
+                    raw=false,
                     verify_checksums=true, pack=None, eos_id=None, pad_id=0, long="split",
                     pack_window=1024, pack_seed=0, pad_to_multiple_of=1, bucket=0,
                     tokenizer=None, text_field="text", add_special_tokens=true, chat=None,
@@ -249,6 +289,8 @@ pub(crate) fn dataset(
     nulls: &str,
     fill_null: Option<f64>,
     structs: &str,
+    decimals: &str,
+    dictionaries: &str,
     index: &str,
     raw: bool,
     verify_checksums: bool,
@@ -372,6 +414,8 @@ pub(crate) fn dataset(
         nulls: self::nulls(nulls)?,
         fill_null: Fill { number: fill_null },
         structs: self::structs(structs)?,
+        decimals: self::decimals(decimals)?,
+        dictionaries: self::dictionaries(dictionaries)?,
         index: index_mode(index)?,
         raw,
         verify_checksums,
@@ -493,7 +537,8 @@ pub(crate) fn tfrecord(
 /// keeps the decoded data of files that fit in that many bytes for later epochs instead.
 #[pyfunction]
 #[pyo3(signature = (urls, *, columns=None, chunk_rows=None, stack=None, cache_bytes=None,
-                    nulls="mask", fill_null=None, structs="flatten"))]
+                    nulls="mask", fill_null=None, structs="flatten", decimals="float",
+                    dictionaries="values"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn parquet(
     py: Python<'_>,
@@ -505,6 +550,8 @@ pub(crate) fn parquet(
     nulls: &str,
     fill_null: Option<f64>,
     structs: &str,
+    decimals: &str,
+    dictionaries: &str,
 ) -> PyResult<Source> {
     let options = OpenOptions {
         format: Some(Format::Parquet),
@@ -515,6 +562,8 @@ pub(crate) fn parquet(
         nulls: self::nulls(nulls)?,
         fill_null: Fill { number: fill_null },
         structs: self::structs(structs)?,
+        decimals: self::decimals(decimals)?,
+        dictionaries: self::dictionaries(dictionaries)?,
         ..Default::default()
     };
     open(py, urls, options)
@@ -531,7 +580,8 @@ pub(crate) fn parquet(
 /// `stack` as for `parquet`.
 #[pyfunction]
 #[pyo3(signature = (data, *, columns=None, chunk_rows=None, stack=None, nulls="mask",
-                    fill_null=None, structs="flatten"))]
+                    fill_null=None, structs="flatten", decimals="float",
+                    dictionaries="values"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn arrow(
     py: Python<'_>,
@@ -542,11 +592,45 @@ pub(crate) fn arrow(
     nulls: &str,
     fill_null: Option<f64>,
     structs: &str,
+    decimals: &str,
+    dictionaries: &str,
 ) -> PyResult<Source> {
+    if !data.hasattr("__arrow_c_stream__")? && data.hasattr("cache_files")? {
+        // A Hugging Face dataset: its Arrow table read in place, its indices mapping applied.
+        let source = py
+            .import("chute._loader")?
+            .call_method1("_hf_arrow", (data, decimals, dictionaries))?;
+        if source.is_none() {
+            return Err(errors::from_config(chute::ConfigError::new(
+                "data",
+                "a datasets.Dataset with a Python transform (set_transform, with_transform) \
+                 has no Arrow table to read: pass the dataset without it",
+            )));
+        }
+        let source: PyRef<'_, Source> = source.extract()?;
+        return Ok(Source {
+            inner: Arc::clone(&source.inner),
+            format: source.format,
+            dataset: None,
+            mixture: None,
+            interrupt: None,
+        });
+    }
     if data.hasattr("__arrow_c_stream__")? {
         let name = data.get_type().name()?.to_string();
         return arrow_table(
-            py, data, None, columns, chunk_rows, stack, &name, nulls, fill_null, structs,
+            py,
+            data,
+            None,
+            columns,
+            chunk_rows,
+            stack,
+            &name,
+            nulls,
+            fill_null,
+            structs,
+            decimals,
+            dictionaries,
         );
     }
     let options = OpenOptions {
@@ -557,6 +641,8 @@ pub(crate) fn arrow(
         nulls: self::nulls(nulls)?,
         fill_null: Fill { number: fill_null },
         structs: self::structs(structs)?,
+        decimals: self::decimals(decimals)?,
+        dictionaries: self::dictionaries(dictionaries)?,
         ..Default::default()
     };
     open(py, data, options)
@@ -571,7 +657,8 @@ pub(crate) fn arrow(
 /// data in errors.
 #[pyfunction]
 #[pyo3(signature = (data, *, indices=None, columns=None, chunk_rows=None, stack=None,
-                    name="arrow", nulls="mask", fill_null=None, structs="flatten"))]
+                    name="arrow", nulls="mask", fill_null=None, structs="flatten",
+                    decimals="float", dictionaries="values"))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn arrow_table(
     py: Python<'_>,
@@ -584,6 +671,8 @@ pub(crate) fn arrow_table(
     nulls: &str,
     fill_null: Option<f64>,
     structs: &str,
+    decimals: &str,
+    dictionaries: &str,
 ) -> PyResult<Source> {
     let capsule = data.call_method0("__arrow_c_stream__")?;
     let capsule = capsule.cast::<PyCapsule>()?;
@@ -600,6 +689,8 @@ pub(crate) fn arrow_table(
         nulls: self::nulls(nulls)?,
         fill_null: Fill { number: fill_null },
         structs: self::structs(structs)?,
+        decimals: self::decimals(decimals)?,
+        dictionaries: self::dictionaries(dictionaries)?,
     };
     let stream = stream.as_ptr() as usize;
     let inner = py
@@ -624,6 +715,18 @@ pub(crate) fn arrow_table(
 fn nulls(s: &str) -> PyResult<chute::formats::Nulls> {
     chute::formats::Nulls::parse(s)
         .map_err(|why| errors::from_config(chute::ConfigError::new("nulls", why)))
+}
+
+/// A `dictionaries` argument: `"values"` or `"codes"`.
+fn dictionaries(s: &str) -> PyResult<chute::formats::Dictionaries> {
+    chute::formats::Dictionaries::parse(s)
+        .map_err(|why| errors::from_config(chute::ConfigError::new("dictionaries", why)))
+}
+
+/// A `decimals` argument: `"float"` or `"exact"`.
+fn decimals(s: &str) -> PyResult<chute::formats::Decimals> {
+    chute::formats::Decimals::parse(s)
+        .map_err(|why| errors::from_config(chute::ConfigError::new("decimals", why)))
 }
 
 /// A `structs` argument: `"flatten"` or `"record"`.

@@ -158,6 +158,18 @@ pub(crate) fn columns_to_dict<'py>(
     columns: Vec<(String, Column)>,
     output: Option<&Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // Nested values are many small lists and dicts: Python's cyclic collector would run
+    // several times while they are made, each time promoting the batch's young objects, and
+    // so trigger full collections of the whole heap (more than half the time of a batch of
+    // chat rows). They hold no cycles, so it pauses while they are made.
+    let nested = columns
+        .iter()
+        .any(|(_, c)| matches!(c, Column::Values(_) | Column::Nested(_)));
+    let _pause = if nested {
+        Some(crate::values::GcPause::new(py)?)
+    } else {
+        None
+    };
     let d = PyDict::new(py);
     for (name, column) in columns {
         match column {

@@ -173,7 +173,15 @@ impl PyTransform {
             })?;
             from_dict(py, np, out)?
         };
+        // A source's `__key__` field (WebDataset's) stays in the batch: the dict's copy is
+        // ignored on the way back, as documented, not dropped.
+        let key = sample.remove("__key__");
         sample.fields = fields;
+        if let Some(key) = key {
+            sample
+                .fields
+                .insert(0, (FieldName::Borrowed("__key__"), key));
+        }
         Ok(())
     }
 }
@@ -238,6 +246,16 @@ fn to_dict<'py>(py: Python<'py>, sample: &Sample) -> PyResult<Bound<'py, PyDict>
         d.set_item("__key__", &sample.key)?;
     }
     Ok(d)
+}
+
+/// A copy of `a` as a numpy array (an array inside a nested value).
+pub(crate) fn array_to_py<'py>(py: Python<'py>, a: &Array) -> PyResult<Bound<'py, PyAny>> {
+    to_numpy(py, numpy(py)?, a)
+}
+
+/// A numpy array (or anything numpy makes one of) inside a nested value as an array.
+pub(crate) fn array_from_py(py: Python<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<Array> {
+    to_array(py, numpy(py)?, name, v)
 }
 
 /// A copy of `a` as a writable numpy array of the dtype it will have in the batch.

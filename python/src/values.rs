@@ -10,7 +10,8 @@ use chute::{Keys, Value};
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyModule, PyString, PyTuple};
 
 /// The Python strings of the record keys met so far (a column's records share one `Keys`:
 /// its strings are made once a batch, not once a row).
@@ -30,6 +31,39 @@ impl KeyStrings {
             .collect();
         self.seen.push((keys.clone(), strings.clone()));
         strings
+    }
+}
+
+/// Python's cyclic garbage collector paused for as long as this lives (if it was running):
+/// for making many small acyclic objects (a batch's nested values), which it would otherwise
+/// traverse several times over as they are made. Another thread that pauses the collector
+/// meanwhile finds it paused and leaves it; this one resumes it when dropped.
+pub(crate) struct GcPause<'py> {
+    gc: Option<Bound<'py, PyModule>>,
+}
+
+impl<'py> GcPause<'py> {
+    pub(crate) fn new(py: Python<'py>) -> PyResult<GcPause<'py>> {
+        static GC: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+        let gc = GC
+            .get_or_try_init(py, || Ok::<_, PyErr>(py.import("gc")?.unbind()))?
+            .bind(py)
+            .clone();
+        if !gc.call_method0("isenabled")?.is_truthy()? {
+            return Ok(GcPause { gc: None });
+        }
+        gc.call_method0("disable")?;
+        Ok(GcPause { gc: Some(gc) })
+    }
+}
+
+impl Drop for GcPause<'_> {
+    fn drop(&mut self) {
+        if let Some(gc) = &self.gc
+            && let Err(e) = gc.call_method0("enable")
+        {
+            e.restore(gc.py());
+        }
     }
 }
 
@@ -105,6 +139,13 @@ fn new_ref(py: Python<'_>, v: &Value, keys: &mut KeyStrings) -> *mut ffi::PyObje
                 }
                 d
             }
+            Value::Array(a) => match crate::transform::array_to_py(py, a) {
+                Ok(o) => o.into_ptr(),
+                Err(e) => {
+                    e.restore(py);
+                    std::ptr::null_mut()
+                }
+            },
             Value::Map(entries) => {
                 let list = ffi::PyList_New(entries.len() as ffi::Py_ssize_t);
                 if list.is_null() {
@@ -201,6 +242,22 @@ impl chute::formats::values::Build for PyBuild<'_> {
             )
         };
         self.made(obj)
+    }
+    fn decimal(&mut self, text: &str) -> Self::Out {
+        // `decimal.Decimal(text)`, exactly the value (as pyarrow's `to_pylist` gives it).
+        static DECIMAL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let made = DECIMAL
+            .get_or_try_init(self.py, || {
+                Ok::<_, PyErr>(self.py.import("decimal")?.getattr("Decimal")?.unbind())
+            })
+            .and_then(|d| d.bind(self.py).call1((text,)));
+        match made {
+            Ok(obj) => obj.into_ptr(),
+            Err(e) => {
+                e.restore(self.py);
+                self.made(std::ptr::null_mut())
+            }
+        }
     }
     fn bytes(&mut self, v: &[u8]) -> Self::Out {
         // SAFETY: the GIL is held; valid pointers and sizes (see the impl).
@@ -321,7 +378,7 @@ pub(crate) fn list_of<'py>(py: Python<'py>, values: &[Value]) -> PyResult<Bound<
 }
 
 /// A Python object built of lists, tuples, dicts (with `str` keys), `None`, `bool`, `int`,
-/// `float`, `str` and `bytes` as a nested value; `name` is the field it is, for errors.
+/// `float`, `str`, `bytes` and numpy arrays as a nested value; `name` is the field it is, for errors.
 pub(crate) fn from_py(name: &str, v: &Bound<'_, PyAny>) -> PyResult<Value> {
     from_py_at(name, v, 0)
 }
@@ -363,6 +420,9 @@ fn from_py_at(name: &str, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value>
             values.push(from_py_at(name, &x, depth + 1)?);
         }
         Value::Record(Arc::from(keys), values)
+    } else if v.hasattr("__array_interface__")? {
+        // A numpy array (or scalar) inside a dict or list: an array value.
+        Value::Array(crate::transform::array_from_py(v.py(), name, v)?)
     } else if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
         Value::List(
             v.try_iter()?
@@ -372,7 +432,7 @@ fn from_py_at(name: &str, v: &Bound<'_, PyAny>, depth: usize) -> PyResult<Value>
     } else {
         return Err(PyTypeError::new_err(format!(
             "field {name:?} holds a {}, which a nested value cannot (lists, dicts, None, bool, \
-             int, float, str and bytes)",
+             int, float, str, bytes and numpy arrays)",
             v.get_type().name()?
         )));
     })

@@ -66,6 +66,21 @@ LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"
                  "SLURM_STEP_NUM_TASKS")
 
 
+def video_missing() -> Optional[str]:
+    """Why this build of chute has no FFmpeg (the cargo feature `video`; None: it has):
+    building a loader with decode_video is then a ConfigError naming the feature."""
+    try:
+        chute.Loader([{"v": b"not a video"}], batch_size=1,
+                     transforms={"v": [{"op": "decode_video"}]})
+    except chute.ConfigError as e:
+        if "video" in str(e):
+            return f"chute built without video: {e}"
+        raise
+    except chute.ChuteError:
+        pass  # the op exists (a data error would come from reading, not from building)
+    return None
+
+
 def clean_env() -> Dict[str, str]:
     env = dict(os.environ)
     for k in LAUNCHER_VARS + ("CHUTE_CUDART",):

@@ -181,10 +181,15 @@ def fill_of(name, v):
         return []
     if name in ("b", "nothing"):
         return False
+    if name in ("ts", "day", "wait"):  # datetime64 / timedelta64: NaT
+        return "nat"
     return 0
 
 
 def plain_value(v):
+    if isinstance(v, (np.datetime64, np.timedelta64)):
+        # Timestamps, dates and durations come as numpy's types: their counts, NaT a null.
+        return "nat" if np.isnat(v) else int(v.astype(np.int64))
     if isinstance(v, np.ndarray):
         return v.tolist()
     if isinstance(v, bytes):
@@ -376,3 +381,20 @@ def test_hf_state_dict_resumes_in_a_new_process(tmp_path):
         for r in range(3)
     ]
     assert sorted(sum(parts, [])) == list(range(60)) and len({len(p) for p in parts}) == 1
+
+
+def test_a_parquet_file_of_thousands_of_columns_reads_every_column(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 3000
+    cols = {f"c{i}": pa.array(np.arange(6, dtype=np.float32) + i) for i in range(n)}
+    cols["meta"] = pa.array([{"a": k, "b": {"c": f"t{k}"}} for k in range(6)])
+    path = tmp_path / "wide.parquet"
+    pq.write_table(pa.table(cols), path, row_group_size=4)
+    got = all_rows(chute.Loader(chute.parquet(path), batch_size=3))
+    assert len(got) == n + 2  # meta.a, meta.b.c
+    for i in range(0, n, 97):
+        assert [float(v) for v in got[f"c{i}"]] == [float(k + i) for k in range(6)]
+    assert got["meta.b.c"] == [f"t{k}" for k in range(6)]
+    got = all_rows(chute.Loader(chute.parquet(path, columns=["meta.b.c", "c2999"]),
+                                batch_size=6))
+    assert list(got) == ["meta.b.c", "c2999"] and got["meta.b.c"][5] == "t5"

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 
 import chute
-from conftest import run_python
+from conftest import clean_env, run_python, video_missing
 
 import audio_media as am
 import audio_refs as refs
 
 LOSSLESS = ("wav16", "wav24", "wav32", "wavf", "flac16", "flac24", "alac")
-# Max abs difference from FFmpeg's decode (measured: vorbis 3e-7, mp3 1.5e-6, aac 3e-6, opus
-# 1e-4: FFmpeg decodes Opus with its own decoder, chute with libopus).
+# Max abs difference from FFmpeg's decode (measured: vorbis 3e-7, mp3 1.5e-6, aac 3e-6; opus
+# 3e-4: FFmpeg decodes Opus with its own decoder, chute with libopus; 2e-7 with
+# CHUTE_OPUS_DECODER=ffmpeg in a build with FFmpeg: see test_opus_decoders).
 TOLERANCE = {**{c: 0.0 for c in LOSSLESS}, "vorbis": 1e-4, "mp3": 1e-4, "aac": 1e-4,
              "opus": 1e-3, "opus_webm": 1e-3}
 RESAMPLE_TOLERANCE = 2e-4  # vs soxr HQ (measured <= 8e-5)
@@ -118,6 +119,39 @@ def test_every_codec_decodes_as_the_reference_does(codec, channels, rate):
     mono = decoded(data, [{"op": "decode_audio", "mono": True}])
     assert_close(mono, want.mean(axis=0, dtype=np.float64).astype(np.float32),
                  max(tol, 1e-7), f"{codec} mono")
+
+
+OPUS_DECODE = """
+import sys, numpy as np, chute
+data = open(sys.argv[1], "rb").read()
+(b,) = list(chute.Loader([{"a": data}], batch_size=1, transforms={"a": [{"op": "decode_audio"}]}))
+np.save(sys.argv[2], np.asarray(b["a"][0]))
+"""
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_opus_decoders(tmp_path, channels):
+    """Opus, both decoders chute has: libopus (the default: within the codec's tolerance of
+    FFmpeg's decode, the same length), and, where chute is built with FFmpeg, FFmpeg's own with
+    CHUTE_OPUS_DECODER=ffmpeg (equal to FFmpeg's decode, as torchcodec and PyAV give it, within
+    1e-6; the same pre-skip and gain handling). Each in a process of its own (the choice is
+    made once per process)."""
+    x = am.speech_like(3.0, 48000, seed=5, channels=channels)
+    data = am.encode(x, 48000, "opus")
+    want, _ = reference(data, "opus")
+    path = tmp_path / "a.opus"
+    path.write_bytes(data)
+    decoders = {"libopus": TOLERANCE["opus"]}
+    if video_missing() is None:  # chute built with FFmpeg's libraries
+        decoders["ffmpeg"] = 1e-6
+    for name, tol in decoders.items():
+        env = clean_env()
+        env.pop("CHUTE_OPUS_DECODER", None)
+        if name == "ffmpeg":
+            env["CHUTE_OPUS_DECODER"] = "ffmpeg"
+        out = tmp_path / f"{name}.npy"
+        run_python(OPUS_DECODE, path, out, env=env)
+        assert_close(np.load(out), want, tol, f"opus with {name}")
 
 
 # ---------------------------------------------------------------- 2. WebDataset shards

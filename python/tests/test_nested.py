@@ -315,3 +315,19 @@ def test_gzip_compressed_webdataset_shards_read_as_the_webdataset_package_reads_
     # A global shuffle fits here (the shards are small), and reads the same samples.
     got = all_rows(chute.Loader(src, batch_size=4, shuffle=True, seed=1))
     assert sorted(got["__key__"]) == sorted(by_key)
+
+
+def test_the_collector_is_paused_only_while_nested_values_are_made():
+    import gc
+
+    tbl = pa.table({"tags": pa.array([[f"t{k}", "x"] for k in range(40)])})
+    loader = chute.Loader(chute.arrow(tbl), batch_size=16)
+    assert gc.isenabled()
+    assert sum(len(b["tags"]) for b in loader) == 40
+    assert gc.isenabled()  # resumed after each batch
+    gc.disable()
+    try:
+        assert sum(len(b["tags"]) for b in loader) == 40
+        assert not gc.isenabled()  # a collector the user paused stays paused
+    finally:
+        gc.enable()

@@ -295,6 +295,10 @@ def test_native_ops_decode_what_the_dataset_returns():
         same = list(chute.Loader(Jpegs(), batch_size=3, seed=1, transforms={"jpg": ops}))
         for x, y in zip(arrays, same):
             np.testing.assert_array_equal(x["jpg"], y["jpg"])
+    # A field renamed by its ops ({"as": ...}) arrives under its new name, in place of the old.
+    (a, _) = list(chute.Loader(Jpegs(), batch_size=3, transforms={"jpg": {
+        "as": "image", "ops": [{"op": "decode"}, {"op": "center_crop", "size": 32}]}}))
+    assert sorted(a) == ["cls", "image"] and a["image"].shape == (3, 32, 32, 3)
     # An array that is not a file's bytes is refused saying what decode takes.
     class Floats(Jpegs):
         def __getitem__(self, i):

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import chute
-from conftest import run_python
+from conftest import run_python, video_missing
 
 import video_media as vm
 
@@ -43,23 +43,7 @@ def _torchcodec_missing() -> Optional[str]:
     return None
 
 
-def _video_missing() -> Optional[str]:
-    """Why this build of chute has no decode_video (None: it has): building a loader with it is
-    a ConfigError naming the cargo feature `video` (or, for a build older than the op, naming
-    decode_video as unknown)."""
-    try:
-        chute.Loader([{"v": b"not a video"}], batch_size=1,
-                     transforms={"v": [{"op": "decode_video"}]})
-    except chute.ConfigError as e:
-        if "video" in str(e):
-            return f"chute built without video: {e}"
-        raise
-    except chute.ChuteError:
-        pass  # the op exists (a data error would come from reading, not from building)
-    return None
-
-
-_why = _torchcodec_missing() or _video_missing()
+_why = _torchcodec_missing() or video_missing()
 if _why:
     pytest.skip(_why, allow_module_level=True)
 
@@ -76,8 +60,16 @@ VIDEO_KEYS = "mp4;mkv;webm;avi;ts"
 # ---------------------------------------------------------------- media and references
 
 
-@functools.lru_cache(maxsize=None)
 def media(name: str, frames: Optional[int] = None) -> bytes:
+    """A case's bytes (frames: another frame count), encoded once per run: the encoders do not
+    give the same bytes on every call (libx264 here differs in the first GOP now and then, even
+    on one thread), so every test and every reference must decode the one copy. The cache's key
+    is normalized: `media(name)` and `media(name, None)` are the same video."""
+    return _media(name, vm.CASES[name].frames if frames is None else frames)
+
+
+@functools.lru_cache(maxsize=None)
+def _media(name: str, frames: int) -> bytes:
     case = vm.CASES[name]
     if not vm.available(case):
         pytest.skip(vm.missing_reason(case))
@@ -92,10 +84,14 @@ class Ref(NamedTuple):
     end: float  # the last frame's pts + its duration
 
 
-@functools.lru_cache(maxsize=None)
 def reference(name: str, frames: Optional[int] = None) -> Ref:
     """Every frame of a case: torchcodec's (exact mode), or PyAV's sequential decode for
-    MPEG-TS (see the module's docstring)."""
+    MPEG-TS (see the module's docstring), of the bytes `media(name, frames)` gives."""
+    return _reference(name, vm.CASES[name].frames if frames is None else frames)
+
+
+@functools.lru_cache(maxsize=None)
+def _reference(name: str, frames: int) -> Ref:
     data = media(name, frames)
     if vm.CASES[name].container == "mpegts":
         decoded = vm.pyav_frames(data)
@@ -441,6 +437,78 @@ def test_fps_regular_clips_are_the_frames_displayed_at_their_times(name, frames,
     for k, idx in enumerate(want_idx):
         assert_frames(got[k], ref.frames[idx], f"{name} clip {k}")
         assert_pts(pts[k], ref.pts[idx], f"{name} clip {k}")
+
+
+# ---------------------------------------------------------------- step: every clip that fits
+
+
+def step_rule(n: int, frames: int, stride: int, step: int) -> List[List[int]]:
+    """DALI's `step`, as the op documents it: clips start at 0, step, 2*step, ... while the clip
+    fits (span stride * (frames - 1) + 1), at least one; a clip past the end is completed by
+    the policy (repeat_last)."""
+    span = stride * (frames - 1) + 1
+    starts = range(0, max(n - span + 1, 1), step)
+    return [complete(list(range(s, min(s + span, n), stride)), frames, "repeat_last")
+            for s in starts]
+
+
+@pytest.mark.parametrize("name,n_frames,frames,stride,step", [
+    ("h264-mkv", None, 4, 2, 5),
+    ("h264-mp4", None, 6, 1, 11),
+    ("vp9-webm", None, 3, 3, 7),
+    ("h264-mkv", 10, 16, 1, 3),  # shorter than a clip: one clip, completed
+])
+def test_step_takes_every_clip_that_fits(name, n_frames, frames, stride, step):
+    """step=k frames (DALI's `step`): every clip that fits, starting k frames apart, as
+    [clips, T, H, W, 3] (the clips axis even for one clip), frames and pts the reference's."""
+    data, ref = media(name, n_frames), reference(name, n_frames)
+    want = step_rule(len(ref.pts), frames, stride, step)
+    got, pts = one(data, frames=frames, stride=stride, step=step)
+    assert got.shape[:2] == (len(want), frames) and pts.shape == (len(want), frames), got.shape
+    assert [numbers(c) for c in got] == want
+    for k, idx in enumerate(want):
+        assert_frames(got[k], ref.frames[idx], f"{name} clip {k}")
+        assert_pts(pts[k], ref.pts[idx], f"{name} clip {k}")
+
+
+@pytest.mark.parametrize("name,frames,fps,step", [
+    ("h264-mkv", 4, 7.0, 0.73),
+    ("vp9-webm", 3, 11.0, 0.37),
+    ("h264-mkv-60fps", 5, 13.0, 0.07),
+    ("h264-mp4", 2, 3.0, 0.61),
+])
+def test_step_seconds_equals_torchcodecs_regular_timestamps(name, frames, fps, step):
+    """fps=f with step=s seconds: the clips of torchcodec's clips_at_regular_timestamps(
+    seconds_between_clip_starts=s, num_frames_per_clip=frames, seconds_between_frames=1/f):
+    the same number of clips, frames identical, pts equal."""
+    from torchcodec.samplers import clips_at_regular_timestamps
+
+    data, ref = media(name), reference(name)
+    want = clips_at_regular_timestamps(vm.torchcodec_decoder(data), seconds_between_clip_starts=step,
+                                       num_frames_per_clip=frames, seconds_between_frames=1 / fps)
+    want_frames = want.data.permute(0, 1, 3, 4, 2).numpy()  # [clips, T, H, W, 3]
+    got, pts = one(data, frames=frames, fps=fps, step=step)
+    assert got.shape == want_frames.shape, (got.shape, want_frames.shape)
+    assert want_frames.shape[0] >= 2, "several clips (the test means something)"
+    for k in range(got.shape[0]):
+        assert_frames(got[k], want_frames[k], f"{name} clip {k}")
+    assert_pts(pts, want.pts_seconds.numpy().astype(np.float64), name)
+
+
+def test_step_clips_of_varying_count_pad_into_one_batch():
+    """Videos of 40 and 10 frames, a clip of 4 every 6 frames: 7 and 2 clips; pad=True gives
+    [2, 7, T, H, W, 3] with a mask true over each sample's clips; without pad, a list."""
+    long, short = media("h264-mkv"), media("h264-mkv", 10)
+    source = [{"video": long}, {"video": short}]
+    (b,) = list(loader(source, batch_size=2, loader_kw={"pad": True}, frames=4, step=6))
+    video, mask = b["video"], b["video_mask"]
+    assert video.shape == (2, 7, 4, 64, 96, 3), video.shape
+    assert mask.shape == video.shape
+    assert mask[0].all() and mask[1, :2].all() and not mask[1, 2:].any()
+    assert not video[1, 2:].any()
+    assert [numbers(c) for c in video[1, :2]] == step_rule(10, 4, 1, 6)
+    (b,) = list(loader(source, batch_size=2, frames=4, step=6))
+    assert [np.asarray(v).shape[0] for v in b["video"]] == [7, 2]
 
 
 def test_fps_random_clips_are_valid_and_the_same_for_any_number_of_workers():
@@ -874,6 +942,11 @@ def test_huge_frame_size_claims_are_refused_under_a_2gb_address_space(tmp_path, 
     ({"crop": 10, "crop_mode": "random_resized", "scale": [0.9, 0.1]}, "scale"),
     ({"crop": 10, "crop_mode": "random_resized", "ratio": [0, 1]}, "ratio"),
     ({"frame": 16}, "frame"),  # an unknown key (a typo of frames)
+    ({"step": 0}, "step 0"),
+    ({"step": 2.5}, "whole number"),  # frames, without fps
+    ({"step": 0, "fps": 5}, "seconds between clip starts"),
+    ({"step": 3, "clips": 2}, "clips 2 with step"),
+    ({"step": 3, "indices": [1]}, "step with indices"),
 ], ids=lambda p: json.dumps(p) if isinstance(p, dict) else None)
 def test_bad_video_op_specs_are_config_errors(params, says):
     """Impossible decode_video specs: a ConfigError naming the field and what is wrong, before any

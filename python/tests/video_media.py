@@ -176,9 +176,11 @@ def encode_video(encoder: str, container: str, width: int, height: int,
     frames (x264/x265: no scene-cut keyframes), bframes B-frames (None: the encoder's
     default), in container (mp4, matroska, webm, mpegts, avi). quality "high" keeps the
     code band readable (x264/x265 CRF 18, VP9/AV1 CRF 20, MPEG-4 qscale 3); "fast" is for
-    benchmarks (x264 CRF 23, the encoder's defaults otherwise). threads: the encoder's
-    (1 for the same bytes every run). frame_fn(i, width, height) -> uint8 [H, W, 3]
-    replaces `pattern`."""
+    benchmarks (x264 CRF 23, the encoder's defaults otherwise). threads: the encoder's.
+    The bytes are not the same on every call, even on one thread (libx264 as PyAV bundles it
+    encodes the first GOP differently now and then): a test encodes a video once and decodes
+    that copy for its references. frame_fn(i, width, height) -> uint8 [H, W, 3] replaces
+    `pattern`."""
     import av
 
     if width % 2 or height % 2:

@@ -61,6 +61,14 @@ pub(crate) struct DatasetArgs {
     /// leaf, named by its path, meta.a) or record (the whole struct, one nested value a row).
     #[arg(long, default_value = "flatten", value_parser = chute::formats::Structs::parse)]
     pub(crate) structs: chute::formats::Structs,
+    /// Parquet and Arrow: how a decimal column is read: float (float64, the nearest double)
+    /// or exact (its text, a value a row).
+    #[arg(long, default_value = "float", value_parser = chute::formats::Decimals::parse)]
+    pub(crate) decimals: chute::formats::Decimals,
+    /// Parquet and Arrow: how a dictionary column is read: values (its values) or codes
+    /// (int64 codes into one dictionary for the whole dataset, which inspect shows).
+    #[arg(long, default_value = "values", value_parser = chute::formats::Dictionaries::parse)]
+    pub(crate) dictionaries: chute::formats::Dictionaries,
     /// Token files and Megatron datasets: pack documents into rows: concat (windows of
     /// seq_len + 1 tokens across documents), document (the same with position_ids,
     /// segment_ids, cu_seqlens), best_fit (whole documents in rows of seq_len, padded) or pad
@@ -209,6 +217,8 @@ impl DatasetArgs {
                 number: self.fill_null,
             },
             structs: self.structs,
+            decimals: self.decimals,
+            dictionaries: self.dictionaries,
             cache_bytes: self
                 .decoded_cache
                 .map(|b| usize::try_from(b).unwrap_or(usize::MAX)),

@@ -75,7 +75,20 @@ fn nested_json(v: &chute::Value) -> Value {
                 .map(|(k, x)| json!([nested_json(k), nested_json(x)]))
                 .collect(),
         ),
+        V::Array(a) => array_json(a),
         _ => Value::Null,
+    }
+}
+
+/// An array as JSON: in full when small (16 values at most, 0 or 1 dimensions), else its
+/// dtype, shape and first values.
+fn array_json(a: &chute::core::Array) -> Value {
+    let numel: usize = a.shape.iter().product();
+    let values = array_values(a, numel.min(16));
+    match (numel <= 16, a.shape.len()) {
+        (true, 0) => values.first().cloned().unwrap_or(Value::Null),
+        (true, 1) => Value::Array(values),
+        _ => json!({ "dtype": a.dtype.name(), "shape": a.shape, "first": values }),
     }
 }
 
@@ -96,19 +109,7 @@ pub(crate) fn sample_json(s: &Sample) -> Value {
                 }
                 v
             }
-            Field::Array(a) => {
-                let numel: usize = a.shape.iter().product();
-                let values = array_values(a, numel.min(16));
-                if numel <= 16 && a.shape.len() <= 1 {
-                    if a.shape.is_empty() {
-                        values[0].clone()
-                    } else {
-                        Value::Array(values)
-                    }
-                } else {
-                    json!({ "dtype": a.dtype.name(), "shape": a.shape, "first": values })
-                }
-            }
+            Field::Array(a) => array_json(a),
             Field::Value(v) => nested_json(v),
             _ => Value::Null,
         };
@@ -215,6 +216,19 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
             .collect(),
     };
     let documents = documents_report(opened.dataset(), &args.dataset)?;
+    // The source types a field's dtype does not say (a timestamp's unit and zone, ...).
+    let types: serde_json::Map<String, serde_json::Value> = source
+        .column_types()
+        .into_iter()
+        .map(|c| {
+            let mut v = json!(c);
+            if let Some(values) = &c.dictionary {
+                // A dictionary column read as codes: code i stands for value i.
+                v["dictionary"] = values.iter().map(nested_json).collect();
+            }
+            (c.name.clone(), v)
+        })
+        .collect();
     let report = json!({
         "format": opened.kind_name(),
         "documents": documents,
@@ -222,6 +236,7 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         "samples": n,
         "bytes": m.total_bytes(),
         "fields": fields,
+        "types": types,
         "params": m.params,
         "fingerprint": m.fingerprint(),
         "first": records,
@@ -237,6 +252,20 @@ pub(crate) fn inspect(args: InspectArgs) -> anyhow::Result<()> {
         println!("samples:     {n}");
         println!("bytes:       {}", m.total_bytes());
         println!("fields:      {}", fields.join(", "));
+        if !types.is_empty() {
+            let types: Vec<String> = source
+                .column_types()
+                .into_iter()
+                .map(|c| match (c.numpy, &c.dictionary) {
+                    (Some(numpy), _) => format!("{}: {} (numpy {numpy})", c.name, c.source),
+                    (None, Some(values)) => {
+                        format!("{}: {} of {} values", c.name, c.source, values.len())
+                    }
+                    (None, None) => format!("{}: {}", c.name, c.source),
+                })
+                .collect();
+            println!("types:       {}", types.join(", "));
+        }
         if let Some(d) = report["documents"].as_object() {
             println!(
                 "documents:   {} ({} tokens); lengths min {}, median {}, p90 {}, p99 {}, max {}, \

@@ -96,7 +96,28 @@ enum Command {
     Cat(inspect::CatArgs),
 }
 
+/// A reader that stops reading (`chute inspect ... | head`) ends chute quietly with status 0,
+/// as `chute cat` stops when its reader is gone, not with a panic's message. Rust ignores
+/// SIGPIPE (so sockets report a closed peer as an error), and `println!` panics when stdout's
+/// reader is gone; this hook turns that one panic into the exit.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> std::process::ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     let mut limits = chute::core::Limits::current();
     for assignment in &cli.limits {

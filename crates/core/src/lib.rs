@@ -79,7 +79,7 @@ pub use plan::{MAX_WORLD_SIZE, Permutation, Plan, PlanConfig, Shuffle};
 pub use rng::{SampleRng, derive_key, mix64, tag};
 pub use sample::{Array, Field, FieldName, Sample};
 pub use source::{
-    FnSource, MetricFamily, OwnOrder, SAMPLES_PER_VIRTUAL_SHARD, Source, VecSource,
+    ColumnType, FnSource, MetricFamily, OwnOrder, SAMPLES_PER_VIRTUAL_SHARD, Source, VecSource,
     virtual_manifest,
 };
 pub use state::{STATE_VERSION, State};

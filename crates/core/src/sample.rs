@@ -153,7 +153,7 @@ impl Field {
 ///
 /// `cast` asks the batcher to convert while collating (`u16` tokens to `int64`, say), so the
 /// conversion costs no extra pass and no intermediate buffer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Array {
     /// Element type of `data`.
     pub dtype: DType,

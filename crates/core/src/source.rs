@@ -96,6 +96,34 @@ pub trait Source: Send + Sync + 'static {
     fn remote_io(&self) -> Option<IoSnapshot> {
         None
     }
+
+    /// The source types of the columns whose batch dtype does not say all (timestamps, dates,
+    /// durations, decimals, dictionaries, nested columns), in column order: what `inspect`
+    /// shows, and how the Python package views a column of time counts as numpy's
+    /// `datetime64` / `timedelta64`. Empty (the default) for a source with none.
+    fn column_types(&self) -> Vec<ColumnType> {
+        Vec::new()
+    }
+}
+
+/// A column's type in its source, where the batch holds it as numbers of another type
+/// ([`Source::column_types`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ColumnType {
+    /// The column's name in a batch.
+    pub name: String,
+    /// Its type in the source: `timestamp[us, tz=UTC]`, `date32[day]`, `decimal128(10, 2)`,
+    /// `dictionary<int32, string>`, `list<struct<role: string, content: string>>`.
+    pub source: String,
+    /// The numpy dtype whose values the batch's int64 counts are, where numpy has one:
+    /// `datetime64[us]` (a timestamp of any zone: UTC instants), `datetime64[D]` (a date),
+    /// `timedelta64[ms]` (a duration).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numpy: Option<String>,
+    /// For a dictionary column read as codes, the source's dictionary: code `i` stands for
+    /// value `i`.
+    #[serde(skip)]
+    pub dictionary: Option<Vec<crate::Value>>,
 }
 
 /// One metric family of a source's own (see [`Source::metrics`]), as Prometheus' text format
@@ -203,6 +231,10 @@ impl<S: Source + ?Sized> Source for std::sync::Arc<S> {
 
     fn remote_io(&self) -> Option<IoSnapshot> {
         (**self).remote_io()
+    }
+
+    fn column_types(&self) -> Vec<ColumnType> {
+        (**self).column_types()
     }
 }
 

@@ -38,6 +38,9 @@ pub enum Value {
     Record(Keys, Vec<Value>),
     /// A map's entries, in order (keys need not be text; pyarrow gives them as pairs).
     Map(Vec<(Value, Value)>),
+    /// An n-dimensional numeric array (a member of an `.npz` archive, one of a `.ten`
+    /// file's tensors): a numpy array in Python.
+    Array(crate::Array),
 }
 
 impl Value {
@@ -77,6 +80,7 @@ impl Value {
             Value::List(v) => format!("a list of {}", v.len()),
             Value::Record(keys, _) => format!("a record {{{}}}", keys.join(", ")),
             Value::Map(e) => format!("a map of {}", e.len()),
+            Value::Array(a) => format!("a {} {:?} array", a.dtype, a.shape),
         }
     }
 
@@ -90,6 +94,7 @@ impl Value {
             Value::Text(b) | Value::Bytes(b) => b.len(),
             Value::List(v) | Value::Record(_, v) => v.iter().map(Value::nbytes).sum(),
             Value::Map(e) => e.iter().map(|(k, v)| k.nbytes() + v.nbytes()).sum(),
+            Value::Array(a) => a.data.len(),
         }
     }
 
@@ -139,6 +144,15 @@ impl Value {
                     k.encode(out);
                     v.encode(out);
                 }
+            }
+            Value::Array(a) => {
+                out(&[10]);
+                let name = a.dtype.to_string();
+                len(out, name.len());
+                out(name.as_bytes());
+                len(out, a.shape.len());
+                a.shape.iter().for_each(|&d| len(out, d));
+                out(&a.data);
             }
         }
     }

@@ -583,6 +583,8 @@ fn arrow_options(options: &OpenOptions) -> chute_formats::ipc::ArrowOptions {
         nulls: options.nulls,
         fill_null: options.fill_null,
         structs: options.structs,
+        decimals: options.decimals,
+        dictionaries: options.dictionaries,
     }
 }
 
@@ -622,6 +624,8 @@ fn open_parquet(files: &[PathBuf], options: &OpenOptions) -> Result<Arc<dyn Sour
         nulls: options.nulls,
         fill_null: options.fill_null,
         structs: options.structs,
+        decimals: options.decimals,
+        dictionaries: options.dictionaries,
         ..Default::default()
     };
     Ok(Arc::new(chute_formats::parquet::ParquetSource::open(

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use chute_core::{DType, RowEncoder, TextEncoder};
-use chute_formats::{Fill, Format, IndexMode, Nulls, Stack, Structs};
+use chute_formats::{Decimals, Dictionaries, Fill, Format, IndexMode, Nulls, Stack, Structs};
 
 use crate::pack::PackOptions;
 
@@ -34,6 +34,12 @@ pub struct OpenOptions {
     pub fill_null: Fill,
     /// How struct columns are read (Parquet, Arrow, JSON Lines): a column per leaf, or whole.
     pub structs: Structs,
+    /// How decimal columns are read (Parquet, Arrow): float64, or exactly (their text; a
+    /// `decimal.Decimal` in Python).
+    pub decimals: Decimals,
+    /// How dictionary columns are read (Parquet, Arrow): their values, or `int64` codes into
+    /// one dictionary for the source.
+    pub dictionaries: Dictionaries,
     /// Parquet: bytes of decoded data kept in memory for later epochs (default: none kept,
     /// pieces of row groups are dropped once read; see `ParquetOptions::cache_bytes`).
     pub cache_bytes: Option<usize>,
@@ -81,6 +87,8 @@ impl Default for OpenOptions {
             nulls: Nulls::Mask,
             fill_null: Fill::default(),
             structs: Structs::Flatten,
+            decimals: Decimals::Float,
+            dictionaries: Dictionaries::Values,
             cache_bytes: None,
             index: IndexMode::Auto,
             raw: false,

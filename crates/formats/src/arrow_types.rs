@@ -6,7 +6,7 @@
 //!
 //! | Arrow type | becomes |
 //! | --- | --- |
-//! | `timestamp` (any unit, any zone), `date64`, `time64`, `duration` | `int64`: counts of its unit (the unit and zone stay in the schema) |
+//! | `timestamp` (any unit, any zone), `date64`, `time64`, `duration` | `int64`: counts of its unit (the unit and zone stay in the schema: [`describe`], and [`numpy_type`] for the numpy dtype the Python package views them as) |
 //! | `date32`, `time32`, `interval<year_month>` | `int64`: days, counts of the unit, months |
 //! | `interval<day_time>`, `interval<month_day_nano>` | `[2]` int64 (days, milliseconds), `[3]` int64 (months, days, nanoseconds) |
 //! | `decimal32/64/128/256` | `float64`: the nearest double to the value (exact to 15 significant digits) |
@@ -78,6 +78,68 @@ fn normal_field(f: &Arc<ArrowField>) -> Arc<ArrowField> {
             .clone()
             .with_data_type(normal_type(f.data_type())),
     )
+}
+
+/// A short name of `unit`: `s`, `ms`, `us`, `ns` (numpy's and pyarrow's).
+fn unit_name(unit: &arrow_schema::TimeUnit) -> &'static str {
+    use arrow_schema::TimeUnit as U;
+    match unit {
+        U::Second => "s",
+        U::Millisecond => "ms",
+        U::Microsecond => "us",
+        U::Nanosecond => "ns",
+    }
+}
+
+/// `dt` as a [`chute_core::ColumnType`]'s `source` text, where a batch's dtype does not say
+/// all of it (temporal types with their unit and zone, decimals, dictionaries, nested
+/// types); `None` for types a batch holds as they are.
+pub(crate) fn describe(dt: &DataType) -> Option<String> {
+    Some(match dt {
+        DataType::Timestamp(u, None) => format!("timestamp[{}]", unit_name(u)),
+        DataType::Timestamp(u, Some(tz)) => format!("timestamp[{}, tz={tz}]", unit_name(u)),
+        DataType::Date32 => "date32[day]".into(),
+        DataType::Date64 => "date64[ms]".into(),
+        DataType::Time32(u) => format!("time32[{}]", unit_name(u)),
+        DataType::Time64(u) => format!("time64[{}]", unit_name(u)),
+        DataType::Duration(u) => format!("duration[{}]", unit_name(u)),
+        DataType::Interval(u) => format!("interval[{u:?}]"),
+        DataType::Decimal32(p, sc) => format!("decimal32({p}, {sc})"),
+        DataType::Decimal64(p, sc) => format!("decimal64({p}, {sc})"),
+        DataType::Decimal128(p, sc) => format!("decimal128({p}, {sc})"),
+        DataType::Decimal256(p, sc) => format!("decimal256({p}, {sc})"),
+        DataType::Dictionary(k, v) => format!(
+            "dictionary<{k}, {}>",
+            describe(v).unwrap_or_else(|| v.to_string())
+        ),
+        DataType::FixedSizeBinary(k) => format!("fixed_size_binary[{k}]"),
+        DataType::Null => "null".into(),
+        DataType::List(_)
+        | DataType::LargeList(_)
+        | DataType::FixedSizeList(..)
+        | DataType::ListView(_)
+        | DataType::LargeListView(_)
+        | DataType::Struct(_)
+        | DataType::Map(..)
+        | DataType::Union(..)
+        | DataType::RunEndEncoded(..) => dt.to_string(),
+        _ => return None,
+    })
+}
+
+/// The numpy dtype whose values a column of type `dt` becomes as int64 counts, where numpy
+/// has one: timestamps (any zone: UTC instants) and dates `datetime64`, durations
+/// `timedelta64`; dictionaries of those as their values. Times of day and intervals have no
+/// numpy type and stay counts.
+pub(crate) fn numpy_type(dt: &DataType) -> Option<String> {
+    Some(match dt {
+        DataType::Timestamp(u, _) => format!("datetime64[{}]", unit_name(u)),
+        DataType::Date32 => "datetime64[D]".into(),
+        DataType::Date64 => "datetime64[ms]".into(),
+        DataType::Duration(u) => format!("timedelta64[{}]", unit_name(u)),
+        DataType::Dictionary(_, v) => return numpy_type(v),
+        _ => return None,
+    })
 }
 
 /// The unit the numbers of a column of type `dt` count, where [`normal_type`] turns it into

@@ -137,6 +137,42 @@ pub(crate) fn kind_of_type(dt: &DataType) -> Option<Kind> {
     flat.or_else(|| readable(dt).then_some(Kind::Nested))
 }
 
+/// The columns (of `paths` and `types`) read as dictionary codes under `dictionaries`: the
+/// top-level dictionaries of strings, bytes and integers.
+fn coded_columns(
+    dictionaries: crate::Dictionaries,
+    paths: &[Vec<String>],
+    types: &[DataType],
+) -> Vec<usize> {
+    if dictionaries != crate::Dictionaries::Codes {
+        return Vec::new();
+    }
+    (0..types.len())
+        .filter(|&c| paths[c].is_empty() && crate::codes::coded(&types[c]))
+        .collect()
+}
+
+/// Whether `dt` is, or holds, a decimal type.
+fn holds_decimals(dt: &DataType) -> bool {
+    match dt {
+        DataType::Decimal32(..)
+        | DataType::Decimal64(..)
+        | DataType::Decimal128(..)
+        | DataType::Decimal256(..) => true,
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => holds_decimals(f.data_type()),
+        DataType::Struct(fields) => fields.iter().any(|f| holds_decimals(f.data_type())),
+        DataType::Union(fields, _) => fields.iter().any(|(_, f)| holds_decimals(f.data_type())),
+        DataType::Dictionary(_, v) => holds_decimals(v),
+        DataType::RunEndEncoded(_, v) => holds_decimals(v.data_type()),
+        _ => false,
+    }
+}
+
 /// Whether every type inside `dt` is one [`crate::values`] reads.
 fn readable(dt: &DataType) -> bool {
     match dt {
@@ -258,6 +294,15 @@ pub(crate) struct Table {
     pub(crate) layout: Layout,
     /// What null slots of the masked columns (`layout.masked`) are filled with.
     pub(crate) fill: Fill,
+    /// Per column, its Arrow type.
+    pub(crate) types: Vec<DataType>,
+    /// How decimals are read.
+    pub(crate) decimals: crate::Decimals,
+    /// Per column read as dictionary codes, the source's dictionary (set by the source as it
+    /// opens, from every part's dictionary: see [`crate::codes`]).
+    pub(crate) codes: Vec<Option<Arc<crate::codes::Codes>>>,
+    /// How dictionary columns are read.
+    pub(crate) dictionaries: crate::Dictionaries,
 }
 
 impl Table {
@@ -276,13 +321,15 @@ impl Table {
             roots,
             paths,
             types,
+            decimals,
+            dictionaries,
             ..
         } = projected;
         let layout = Layout::new(&names, &kinds, stack, origin, masked)?;
         let shapes = kinds
             .iter()
             .zip(&types)
-            .map(|(&k, dt)| (k == Kind::Nested).then(|| Arc::new(Shape::of(dt))))
+            .map(|(&k, dt)| (k == Kind::Nested).then(|| Arc::new(Shape::read(dt, decimals))))
             .collect();
         Ok(Table {
             names,
@@ -292,7 +339,46 @@ impl Table {
             shapes,
             layout,
             fill,
+            codes: vec![None; types.len()],
+            types,
+            decimals,
+            dictionaries,
         })
+    }
+
+    /// The columns read as dictionary codes.
+    pub(crate) fn coded(&self) -> Vec<usize> {
+        coded_columns(self.dictionaries, &self.paths, &self.types)
+    }
+
+    /// The source types of the columns a batch holds as numbers of another type (see
+    /// [`chute_core::Source::column_types`]); a column stacked into another is left out.
+    pub(crate) fn column_types(&self) -> Vec<chute_core::ColumnType> {
+        let out: std::collections::HashSet<String> =
+            self.layout.names(&self.names).into_iter().collect();
+        self.names
+            .iter()
+            .zip(&self.types)
+            .zip(&self.codes)
+            .filter(|((name, _), _)| out.contains(*name))
+            .filter_map(|((name, dt), codes)| {
+                let source = arrow_types::describe(dt)?;
+                Some(match codes {
+                    Some(codes) => chute_core::ColumnType {
+                        name: name.clone(),
+                        source: format!("{source} (codes)"),
+                        numpy: None,
+                        dictionary: Some(codes.values().to_vec()),
+                    },
+                    None => chute_core::ColumnType {
+                        name: name.clone(),
+                        source,
+                        numpy: arrow_types::numpy_type(dt),
+                        dictionary: None,
+                    },
+                })
+            })
+            .collect()
     }
 
     /// The distinct top-level columns the columns lie in (see [`Projected::roots`]).
@@ -320,6 +406,13 @@ impl Table {
     ) -> chute_core::Manifest {
         let mut manifest = chute_core::Manifest::new(format.name(), shards)
             .with_param("columns", self.names.join(","));
+        if self.decimals == crate::Decimals::Exact {
+            // Exact decimals are other values than floats: part of the fingerprint.
+            manifest = manifest.with_param("decimals", "exact");
+        }
+        if !self.coded().is_empty() {
+            manifest = manifest.with_param("dictionaries", "codes");
+        }
         let masked: Vec<&str> = (0..self.names.len())
             .filter(|&c| self.layout.masked[c])
             .map(|c| self.names[c].as_str())
@@ -476,6 +569,10 @@ pub(crate) struct Projected {
     pub(crate) types: Vec<DataType>,
     /// The top-level columns `places` holds, and each column's place among them.
     pub(crate) roots: Roots,
+    /// How decimals are read (exact ones make their columns nested).
+    pub(crate) decimals: crate::Decimals,
+    /// How dictionary columns are read (codes make top-level ones `int64`).
+    pub(crate) dictionaries: crate::Dictionaries,
 }
 
 impl Projected {
@@ -485,6 +582,8 @@ impl Projected {
         schema: &Schema,
         columns: Option<&[String]>,
         structs: crate::Structs,
+        decimals: crate::Decimals,
+        dictionaries: crate::Dictionaries,
         origin: &str,
     ) -> Result<Projected, Error> {
         let found = match columns {
@@ -514,10 +613,32 @@ impl Projected {
             units: Vec::with_capacity(found.len()),
             types: Vec::with_capacity(found.len()),
             roots: Roots::default(),
+            decimals,
+            dictionaries,
         };
         for (place, path, name, field) in found {
-            let kind = kind_of(&field.clone().with_name(name.clone()), origin)?;
+            let mut kind = kind_of(&field.clone().with_name(name.clone()), origin)?;
             let dt = field.data_type();
+            if decimals == crate::Decimals::Exact && holds_decimals(dt) {
+                kind = Kind::Nested; // a value a row: the decimals' text
+            }
+            if dictionaries == crate::Dictionaries::Codes
+                && path.is_empty()
+                && matches!(dt, DataType::Dictionary(..))
+            {
+                if !crate::codes::coded(dt) {
+                    return Err(ConfigError::new(
+                        "dictionaries",
+                        format!(
+                            "{origin}: column {name:?} is a {dt}: codes are made for \
+                             dictionaries of strings, bytes and integers; read its values \
+                             (dictionaries=\"values\") or leave it out (columns=[...])"
+                        ),
+                    )
+                    .into());
+                }
+                kind = Kind::Scalar(DType::I64); // codes into the source's dictionary
+            }
             projected.units.push(match kind {
                 Kind::Nested => Some(dt.to_string()),
                 _ => arrow_types::unit(dt),
@@ -530,6 +651,11 @@ impl Projected {
         }
         projected.roots = Roots::of(&projected.places);
         Ok(projected)
+    }
+
+    /// The columns read as dictionary codes.
+    pub(crate) fn coded(&self) -> Vec<usize> {
+        coded_columns(self.dictionaries, &self.paths, &self.types)
     }
 
     /// The distinct top-level columns the columns lie in, in order of first use: what a
@@ -1666,16 +1792,23 @@ impl RowMajor {
 
 /// A column of `len` rows whose arrays the gathers can trust, after [`project`]: its length
 /// checked and, with `validate`, its offsets and values (arrays a decoder built unchecked;
-/// those the IPC decoder or a C-interface producer made are valid already). `what` names the
-/// column in errors.
+/// those the IPC decoder or a C-interface producer made are valid already); brought to its
+/// batch `kind` (a nested one kept as it is). `what` names the column in errors.
 pub(crate) fn checked(
     col: ArrayRef,
     len: usize,
     validate: bool,
+    kind: Kind,
     fill: Option<Fill>,
+    codes: Option<&crate::codes::Codes>,
     what: impl Fn() -> String,
 ) -> Result<ArrayRef, String> {
-    let col = project(col)?;
+    let mut col = project(col)?;
+    if let Some(codes) = codes {
+        col = codes
+            .codes(col.as_ref())
+            .map_err(|e| format!("{}: {e}", what()))?;
+    }
     if col.len() != len {
         return Err(format!(
             "{} has {} values for {len} rows",
@@ -1688,8 +1821,9 @@ pub(crate) fn checked(
             .validate_full()
             .map_err(|e| format!("{} is corrupt: {e}", what()))?;
     }
-    if nested(col.data_type()) {
-        // Read as it is, by `crate::values`: a null row is `None`, nulls inside are kept.
+    if kind == Kind::Nested || nested(col.data_type()) {
+        // Read as it is, by `crate::values`: a null row is `None`, nulls inside are kept
+        // (exact decimals too, which are nested values of a flat type).
         return Ok(col);
     }
     let col = arrow_types::normalize(col, fill.unwrap_or_default())

@@ -16,6 +16,7 @@
 //! bools and fixed-size lists as tensors, lists of numbers one tensor per row, binary and
 //! strings as variable-length columns.
 
+use crate::codes::Codes;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
@@ -50,6 +51,10 @@ pub struct ArrowOptions {
     pub fill_null: crate::Fill,
     /// How struct columns are read: a column per leaf (the default) or whole.
     pub structs: crate::Structs,
+    /// How decimal columns are read: float64 (the default) or exact.
+    pub decimals: crate::Decimals,
+    /// How dictionary columns are read: their values (the default) or codes.
+    pub dictionaries: crate::Dictionaries,
 }
 
 /// Default rows per shard.
@@ -63,7 +68,9 @@ struct IpcFile {
     origin: String,
     data: Buffer,
     schema: SchemaRef,
-    dictionaries: HashMap<i64, ArrayRef>,
+    /// The dictionaries by id as each record batch saw them: a stream may replace a
+    /// dictionary between batches, so each batch names its state here ([`Part::dictionaries`]).
+    dictionaries: Vec<HashMap<i64, ArrayRef>>,
     /// The schema's place of each projected column.
     projection: Vec<usize>,
 }
@@ -80,6 +87,8 @@ struct Part {
     body: Range<usize>,
     /// JSON Lines decoded into this record batch on first use.
     json: Option<crate::json::Piece>,
+    /// The dictionaries it refers to: an index into its file's [`IpcFile::dictionaries`].
+    dictionaries: usize,
     columns: OnceLock<Result<Vec<ArrayRef>, String>>,
 }
 
@@ -146,6 +155,8 @@ impl ArrowSource {
                 &schema,
                 options.columns.as_deref(),
                 options.structs,
+                options.decimals,
+                options.dictionaries,
                 &origin,
             )?;
             let projection = these.roots();
@@ -165,7 +176,32 @@ impl ArrowSource {
             });
         }
         let (origin, projected) = first.expect("at least one file");
-        Self::assemble(files, parts, None, origin, projected, nulls, &options)
+        let mut source = Self::assemble(files, parts, None, origin, projected, nulls, &options)?;
+        source.read_codes()?;
+        Ok(source)
+    }
+
+    /// The source's dictionary of each column read as codes (see [`crate::codes`]), from
+    /// every record batch's, in file order: each batch's dictionary columns decoded once.
+    fn read_codes(&mut self) -> Result<(), Error> {
+        for c in self.table.coded() {
+            let mut dict = Codes::default();
+            for p in (0..self.parts.len()).filter(|&p| self.parts[p].file.is_some()) {
+                let top = chute_core::quiet::catch_quietly(|| self.top_columns(p))
+                    .unwrap_or_else(|why| Err(format!("the decoder failed on corrupt data: {why}")))
+                    .and_then(|top| self.table.pick(&top, c));
+                top.and_then(|col| dict.add(col.as_ref())).map_err(|why| {
+                    let name = &self.table.names[c];
+                    Error::corrupt(
+                        self.part_origin(p),
+                        self.parts[p].offset,
+                        format!("record batch {p}: column {name:?}: {why}"),
+                    )
+                })?;
+            }
+            self.table.codes[c] = Some(Arc::new(dict));
+        }
+        Ok(())
     }
 
     /// A source over record batches already in memory (say, a table handed over through the
@@ -179,8 +215,14 @@ impl ArrowSource {
         origin: &str,
         options: ArrowOptions,
     ) -> Result<Self, Error> {
-        let projected =
-            columnar::Projected::of(&schema, options.columns.as_deref(), options.structs, origin)?;
+        let projected = columnar::Projected::of(
+            &schema,
+            options.columns.as_deref(),
+            options.structs,
+            options.decimals,
+            options.dictionaries,
+            origin,
+        )?;
         let roots = projected.roots();
         // Each batch's columns, picked out of their top-level columns.
         let picked = batches
@@ -207,6 +249,22 @@ impl ArrowSource {
             })
             .collect();
         let masked = columnar::masked(&nulls, options.nulls);
+        // The source's dictionary of each column read as codes, from every batch's.
+        let mut codes: Vec<Option<Arc<Codes>>> = vec![None; projected.names.len()];
+        for c in projected.coded() {
+            let mut dict = Codes::default();
+            for (b, cols) in picked.iter().enumerate() {
+                dict.add(cols[c].as_ref()).map_err(|why| {
+                    let name = &projected.names[c];
+                    Error::corrupt(
+                        origin,
+                        0,
+                        format!("record batch {b}: column {name:?}: {why}"),
+                    )
+                })?;
+            }
+            codes[c] = Some(Arc::new(dict));
+        }
         let mut parts = Vec::with_capacity(batches.len());
         for (b, (batch, cols)) in batches.into_iter().zip(picked).enumerate() {
             let rows = batch.num_rows();
@@ -214,9 +272,11 @@ impl ArrowSource {
                 .into_iter()
                 .zip(&projected.names)
                 .zip(&masked)
-                .map(|((col, name), &m)| {
+                .zip(&projected.kinds)
+                .zip(&codes)
+                .map(|((((col, name), &m), &kind), dict)| {
                     let fill = m.then_some(options.fill_null);
-                    columnar::checked(col, rows, false, fill, || {
+                    columnar::checked(col, rows, false, kind, fill, dict.as_deref(), || {
                         format!("record batch {b}: column {name:?}")
                     })
                 })
@@ -229,10 +289,11 @@ impl ArrowSource {
                 meta: 0..0,
                 body: 0..0,
                 json: None,
+                dictionaries: 0,
                 columns: OnceLock::from(Ok(columns)),
             });
         }
-        Self::assemble(
+        let mut source = Self::assemble(
             Vec::new(),
             parts,
             indices,
@@ -240,7 +301,9 @@ impl ArrowSource {
             projected,
             nulls,
             &options,
-        )
+        )?;
+        source.table.codes = codes;
+        Ok(source)
     }
 
     /// Reads an Arrow C stream (`struct ArrowArrayStream`, as `__arrow_c_stream__` exports
@@ -280,8 +343,14 @@ impl ArrowSource {
         origin: &str,
         options: ArrowOptions,
     ) -> Result<Self, Error> {
-        let projected =
-            columnar::Projected::of(&schema, options.columns.as_deref(), options.structs, origin)?;
+        let projected = columnar::Projected::of(
+            &schema,
+            options.columns.as_deref(),
+            options.structs,
+            options.decimals,
+            options.dictionaries,
+            origin,
+        )?;
         let nulls = projected
             .names
             .iter()
@@ -297,6 +366,7 @@ impl ArrowSource {
                 meta: 0..0,
                 body: 0..0,
                 json: Some(piece),
+                dictionaries: 0,
                 columns: OnceLock::new(),
             })
             .collect();
@@ -456,6 +526,14 @@ impl ArrowSource {
                 .collect();
             return self.columns_of(&top, part.rows as usize);
         }
+        let top = self.top_columns(p)?;
+        self.columns_of(&top, part.rows as usize)
+    }
+
+    /// The top-level columns (those of [`Table::roots`], in order) of file part `p`, decoded
+    /// as they are in the file (before [`columnar::checked`]).
+    fn top_columns(&self, p: usize) -> Result<Vec<ArrayRef>, String> {
+        let part = &self.parts[p];
         let f = &self.files[part.file.expect("parts in memory are decoded")];
         let message = root_as_message(&f.data[part.meta.clone()])
             .map_err(|e| format!("its metadata is corrupt: {e}"))?;
@@ -467,12 +545,12 @@ impl ArrowSource {
             &body,
             batch,
             f.schema.clone(),
-            &f.dictionaries,
+            &f.dictionaries[part.dictionaries],
             Some(&f.projection),
             &message.version(),
         )
         .map_err(|e| e.to_string())?;
-        self.columns_of(decoded.columns(), part.rows as usize)
+        Ok(decoded.columns().to_vec())
     }
 
     /// The projected columns of a record batch of `rows` rows whose top-level columns are
@@ -485,8 +563,11 @@ impl ArrowSource {
                     .table
                     .pick(top, c)
                     .map_err(|why| format!("column {name:?}: {why}"))?;
-                let fill = self.table.fill_of(c);
-                columnar::checked(col, rows, false, fill, || format!("column {name:?}"))
+                let (fill, kind) = (self.table.fill_of(c), self.table.kinds[c]);
+                let codes = self.table.codes[c].as_deref();
+                columnar::checked(col, rows, false, kind, fill, codes, || {
+                    format!("column {name:?}")
+                })
             })
             .collect()
     }
@@ -519,6 +600,10 @@ impl ArrowSource {
 }
 
 impl Source for ArrowSource {
+    fn column_types(&self) -> Vec<chute_core::ColumnType> {
+        self.table.column_types()
+    }
+
     fn manifest(&self) -> &Manifest {
         &self.manifest
     }
@@ -655,8 +740,9 @@ impl IpcWriter {
     }
 }
 
-/// What [`scan`] finds in a file: its schema, its dictionaries and its record batches.
-type Scanned = (Schema, HashMap<i64, ArrayRef>, Vec<Part>);
+/// What [`scan`] finds in a file: its schema, its dictionaries (each state record batches
+/// saw) and its record batches.
+type Scanned = (Schema, Vec<HashMap<i64, ArrayRef>>, Vec<Part>);
 
 /// Reads the metadata of the IPC file or stream `data` (file `file` of the source): the
 /// schema, the dictionaries (decoded now: batches refer to them) and where each record batch
@@ -759,7 +845,7 @@ fn nodes_of(dt: &arrow_schema::DataType) -> usize {
 fn nulls_in(
     schema: &Schema,
     projected: &columnar::Projected,
-    dictionaries: &HashMap<i64, ArrayRef>,
+    dictionaries: &[HashMap<i64, ArrayRef>],
     parts: &[Part],
     data: &Buffer,
 ) -> Vec<bool> {
@@ -769,7 +855,10 @@ fn nulls_in(
         first_node.push(at);
         at += nodes_of(f.data_type());
     }
-    let dictionary_nulls = dictionaries.values().any(|d| d.null_count() > 0);
+    let dictionary_nulls = dictionaries
+        .iter()
+        .flat_map(HashMap::values)
+        .any(|d| d.null_count() > 0);
     projected
         .places
         .iter()
@@ -824,6 +913,10 @@ fn walk(
     offsets: impl Iterator<Item = Option<usize>>,
 ) -> Result<Scanned, Error> {
     let mut dictionaries = HashMap::new();
+    // The states record batches saw (a stream may replace a dictionary between batches),
+    // and whether the current one differs from the last kept.
+    let mut states: Vec<HashMap<i64, ArrayRef>> = Vec::new();
+    let mut changed = true;
     let mut parts = Vec::new();
     let mut pos = 0usize;
     let mut claimed = 0u64;
@@ -881,6 +974,7 @@ fn walk(
                 let body = data.slice_with_length(m.body.start, m.body.len());
                 read_dictionary(&body, batch, s, &mut dictionaries, &version)
                     .map_err(|e| malformed(origin, start, e))?;
+                changed = true;
             }
             MessageHeader::RecordBatch => {
                 if schema.is_none() {
@@ -904,6 +998,10 @@ fn walk(
                         format!("a record batch of {rows} rows in {payload} bytes of buffers"),
                     ));
                 }
+                if changed {
+                    states.push(dictionaries.clone());
+                    changed = false;
+                }
                 parts.push(Part {
                     rows,
                     file: Some(file),
@@ -911,6 +1009,7 @@ fn walk(
                     meta: m.meta,
                     body: m.body,
                     json: None,
+                    dictionaries: states.len() - 1,
                     columns: OnceLock::new(),
                 });
             }
@@ -926,7 +1025,10 @@ fn walk(
     }
     let schema = schema
         .ok_or_else(|| malformed(origin, 0, "no schema message (an empty or non-Arrow file?)"))?;
-    Ok((schema, dictionaries, parts))
+    if states.is_empty() {
+        states.push(dictionaries);
+    }
+    Ok((schema, states, parts))
 }
 
 /// A message's flatbuffer and its body, in the file.

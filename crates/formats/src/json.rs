@@ -43,7 +43,7 @@ pub fn from_bytes(
     columnar::given(&contents, "JSON Lines")?;
     let mut files = Vec::with_capacity(contents.len());
     for (origin, data) in contents {
-        let data = decompressed(&origin, data)?;
+        let data = without_bom(decompressed(&origin, data)?);
         let data = records_of_array(&origin, data)?;
         files.push((origin, data));
     }
@@ -154,6 +154,16 @@ fn decompressed(origin: &str, data: Bytes) -> Result<Bytes, Error> {
         ));
     }
     Ok(Bytes::from(out))
+}
+
+/// `data` without a UTF-8 byte-order mark at its start (Windows tools write one; pyarrow's
+/// reader, and so `datasets`, skip it).
+fn without_bom(data: Bytes) -> Bytes {
+    if data.starts_with(b"\xEF\xBB\xBF") {
+        data.slice(3..)
+    } else {
+        data
+    }
 }
 
 /// A file that holds one JSON array (a `.json` file of records, as `datasets` reads one) as
@@ -722,6 +732,8 @@ mod tests {
             ("a.jsonl.gz", gz.finish().unwrap()),
             ("a.jsonl.zst", zst),
             ("a.json", b" [{\"x\": 1}, {\"x\": 2}]".to_vec()),
+            // A UTF-8 byte-order mark (Windows tools write one) is skipped, as pyarrow does.
+            ("bom.jsonl", [b"\xEF\xBB\xBF", text.as_bytes()].concat()),
         ] {
             let s = from_bytes(
                 vec![(name.into(), Bytes::from(data))],

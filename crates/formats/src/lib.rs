@@ -59,6 +59,8 @@ mod braces;
 #[cfg(any(test, feature = "testing"))]
 pub mod check;
 #[cfg(feature = "arrow")]
+mod codes;
+#[cfg(feature = "arrow")]
 mod columnar;
 pub mod example;
 mod format;
@@ -86,7 +88,7 @@ pub use chute_core::npy::{NpyHeader, npy_descr, read_npy, write_npy};
 pub use format::{Format, format_of, is_megatron_bin};
 pub use indexed::IndexMode;
 pub use megatron::{MegatronIndex, MegatronWriter};
-pub use nulls::{Fill, Nulls, Structs};
+pub use nulls::{Decimals, Dictionaries, Fill, Nulls, Structs};
 pub use stack::{Stack, parse_stack};
 pub use tfrecord::{TfRecordOptions, TfRecordSource};
 pub use tokens::{TOKENS_FIELD, TokenOptions, TokenSource, TokenWriter};

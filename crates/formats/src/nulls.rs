@@ -43,6 +43,56 @@ impl Nulls {
     }
 }
 
+/// How a columnar source reads dictionary-encoded columns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Dictionaries {
+    /// Their values, as the value type reads (the default).
+    #[default]
+    Values,
+    /// `[B]` int64 codes into the source's dictionary (see the module docs), which
+    /// [`chute_core::ColumnType::dictionary`] gives (see `codes.rs`).
+    Codes,
+}
+
+impl Dictionaries {
+    /// `"values"` or `"codes"`.
+    pub fn parse(s: &str) -> Result<Dictionaries, String> {
+        match s {
+            "values" => Ok(Dictionaries::Values),
+            "codes" => Ok(Dictionaries::Codes),
+            other => Err(format!(
+                "invalid dictionaries: {other:?}; use \"values\" (the default) or \"codes\" \
+                 (int64 codes into one dictionary for the source)"
+            )),
+        }
+    }
+}
+
+/// How a columnar source reads decimal columns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Decimals {
+    /// `float64`, the nearest double (exact to 15 significant digits) (the default).
+    #[default]
+    Float,
+    /// Exact: a nested value a row, the decimal's text (a `decimal.Decimal` in Python, as
+    /// pyarrow's `to_pylist` and `datasets` give it).
+    Exact,
+}
+
+impl Decimals {
+    /// `"float"` or `"exact"`.
+    pub fn parse(s: &str) -> Result<Decimals, String> {
+        match s {
+            "float" => Ok(Decimals::Float),
+            "exact" => Ok(Decimals::Exact),
+            other => Err(format!(
+                "invalid decimals: {other:?}; use \"float\" (float64, the default) or \
+                 \"exact\" (decimal.Decimal values)"
+            )),
+        }
+    }
+}
+
 /// How a columnar source reads a struct column.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Structs {

@@ -76,6 +76,10 @@ pub struct ParquetOptions {
     pub fill_null: crate::Fill,
     /// How struct columns are read: a column per leaf (the default) or whole.
     pub structs: crate::Structs,
+    /// How decimal columns are read: float64 (the default) or exact.
+    pub decimals: crate::Decimals,
+    /// How dictionary columns are read: their values (the default) or codes.
+    pub dictionaries: crate::Dictionaries,
 }
 
 /// Default rows per shard.
@@ -94,10 +98,11 @@ struct FileMeta {
     path: PathBuf,
     data: Bytes,
     meta: ArrowReaderMetadata,
-    /// Each requested column's projection (its top-level field: a list's leaves come with it).
-    masks: Vec<ProjectionMask>,
-    /// Each requested column's top-level field, by index in the file's schema.
-    roots: Vec<usize>,
+    /// Each requested column's projection, as Parquet leaves (its top-level field's, or
+    /// those under its path: a list's leaves come with it).
+    projections: Vec<Vec<usize>>,
+    /// Each requested column's Parquet leaves: every leaf under its top-level field.
+    leaves: Vec<Vec<usize>>,
     /// Each requested column's leaf and Arrow type, for a flat numeric column that chute's
     /// own decoder may read (see [`flat`]; each column chunk's codec and encodings decide).
     flat: Vec<Option<(usize, arrow_schema::DataType)>>,
@@ -301,6 +306,8 @@ impl ParquetSource {
                 &schema,
                 options.columns.as_deref(),
                 options.structs,
+                options.decimals,
+                options.dictionaries,
                 &origin,
             )?;
             let indices = these.places.clone();
@@ -312,18 +319,29 @@ impl ParquetSource {
             // Whether a projected column holds a null: a leaf under it whose statistics count
             // one, or a nullable leaf without a count.
             let descr = meta.parquet_schema();
+            // The Parquet leaves under each top-level column, in one pass (a file may have
+            // many thousands of columns: no pass over every leaf per column).
+            let mut by_root: Vec<Vec<usize>> = vec![Vec::new(); schema.fields().len()];
+            for l in 0..descr.num_columns() {
+                if let Some(leaves) = by_root.get_mut(descr.get_column_root_idx(l)) {
+                    leaves.push(l);
+                }
+            }
+            let no_leaves = Vec::new();
+            let leaves_of = |i: usize| by_root.get(i).unwrap_or(&no_leaves);
             // Per projected column, the Parquet leaves under it.
             let under: Vec<Vec<usize>> = indices
                 .iter()
                 .zip(&paths)
                 .map(|(&i, path)| {
                     let root = schema.field(i).name();
-                    (0..descr.num_columns())
+                    leaves_of(i)
+                        .iter()
+                        .copied()
                         .filter(|&l| {
                             let column = descr.column(l);
                             let parts = column.path().parts();
-                            descr.get_column_root_idx(l) == i
-                                && parts.first() == Some(root)
+                            parts.first() == Some(root)
                                 && parts.len() > path.len()
                                 && parts[1..=path.len()] == path[..]
                         })
@@ -341,16 +359,16 @@ impl ParquetSource {
                 })
             });
             columnar::add_nulls(&mut nulls, holes);
-            let masks = indices
+            // What each column's reader projects: every leaf of its top-level column, or those
+            // under its path (masks are made when a reader starts: one here per column would
+            // be a flag per leaf per column, quadratic in a wide file).
+            let projections: Vec<Vec<usize>> = indices
                 .iter()
                 .zip(&paths)
                 .zip(&under)
-                .map(|((&i, path), leaves)| {
-                    if path.is_empty() {
-                        ProjectionMask::roots(meta.parquet_schema(), [i])
-                    } else {
-                        ProjectionMask::leaves(meta.parquet_schema(), leaves.iter().copied())
-                    }
+                .map(|((&i, path), leaves)| match path.is_empty() {
+                    true => leaves_of(i).clone(),
+                    false => leaves.clone(),
                 })
                 .collect();
             let flat = indices
@@ -360,12 +378,9 @@ impl ParquetSource {
                     if !path.is_empty() {
                         return None; // read by arrow-rs, then picked out of its struct
                     }
-                    let descr = meta.parquet_schema();
-                    let mut leaves =
-                        (0..descr.num_columns()).filter(|&l| descr.get_column_root_idx(l) == i);
                     let dt = schema.field(i).data_type();
-                    match (leaves.next(), leaves.next(), flat::width(dt)) {
-                        (Some(leaf), None, Some(_)) => Some((leaf, dt.clone())),
+                    match (leaves_of(i).as_slice(), flat::width(dt)) {
+                        ([leaf], Some(_)) => Some((*leaf, dt.clone())),
                         _ => None,
                     }
                 })
@@ -443,8 +458,8 @@ impl ParquetSource {
                 path: path.to_path_buf(),
                 data,
                 meta,
-                masks,
-                roots: indices,
+                projections,
+                leaves: indices.iter().map(|&i| leaves_of(i).clone()).collect(),
                 flat,
             });
         }
@@ -489,6 +504,53 @@ impl ParquetSource {
             random: AtomicBool::new(false),
             thrashing: AtomicBool::new(false),
         })
+        .and_then(|mut source: ParquetSource| {
+            source.read_codes()?;
+            Ok(source)
+        })
+    }
+
+    /// The source's dictionary of each column read as codes (see [`crate::codes`]), from
+    /// every row group's, in file order: the column read once (its pages checked first).
+    fn read_codes(&mut self) -> Result<(), Error> {
+        for c in self.table.coded() {
+            let mut dict = crate::codes::Codes::default();
+            for group in 0..self.groups.len() {
+                let (fi, gi, _) = self.groups[group];
+                let read = || -> Result<(), String> {
+                    self.check_pages(group, c)?;
+                    let f = &self.files[fi];
+                    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
+                        f.data.clone(),
+                        f.meta.clone(),
+                    )
+                    .with_row_groups(vec![gi])
+                    .with_projection(ProjectionMask::leaves(
+                        f.meta.parquet_schema(),
+                        f.projections[c].iter().copied(),
+                    ))
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                    for batch in reader {
+                        let batch = batch.map_err(|e| e.to_string())?;
+                        dict.add(batch.column(0).as_ref())?;
+                    }
+                    Ok(())
+                };
+                chute_core::quiet::catch_quietly(read)
+                    .unwrap_or_else(|why| Err(format!("the decoder failed on corrupt data: {why}")))
+                    .map_err(|why| {
+                        let name = &self.table.names[c];
+                        Error::corrupt(
+                            self.files[fi].path.display().to_string(),
+                            self.offsets[group],
+                            format!("row group {gi}, column {name:?}: {why}"),
+                        )
+                    })?;
+            }
+            self.table.codes[c] = Some(Arc::new(dict));
+        }
+        Ok(())
     }
 
     /// The projected column names, in the files' terms (before any stack).
@@ -711,7 +773,9 @@ impl ParquetSource {
         if k.next >= group_rows {
             *cursor = None;
         }
-        columnar::checked(column, rows as usize, true, self.table.fill_of(c), || {
+        let (fill, kind) = (self.table.fill_of(c), self.table.kinds[c]);
+        let codes = self.table.codes[c].as_deref();
+        columnar::checked(column, rows as usize, true, kind, fill, codes, || {
             format!("row group {gi}: column {name:?} (rows {first} on)")
         })
     }
@@ -722,9 +786,9 @@ impl ParquetSource {
         let (fi, gi, _) = self.groups[group];
         let f = &self.files[fi];
         let max_decoded = chute_core::Limits::current().max_decoded_bytes;
-        let descr = f.meta.parquet_schema();
-        for (leaf, chunk) in f.meta.metadata().row_group(gi).columns().iter().enumerate() {
-            if leaf < descr.num_columns() && descr.get_column_root_idx(leaf) == f.roots[c] {
+        let columns = f.meta.metadata().row_group(gi).columns();
+        for &leaf in &f.leaves[c] {
+            if let Some(chunk) = columns.get(leaf) {
                 pages::check_pages(chunk, gi, &f.data, max_decoded)?;
             }
         }
@@ -789,7 +853,10 @@ impl ParquetSource {
         let mut builder =
             ParquetRecordBatchReaderBuilder::new_with_metadata(f.data.clone(), f.meta.clone())
                 .with_row_groups(vec![gi])
-                .with_projection(f.masks[c].clone())
+                .with_projection(ProjectionMask::leaves(
+                    f.meta.parquet_schema(),
+                    f.projections[c].iter().copied(),
+                ))
                 .with_batch_size(self.piece_rows[group].max(1) as usize);
         if first > 0 {
             // Whole pages before it are passed by their headers, not decompressed.
@@ -872,6 +939,10 @@ impl ParquetSource {
 }
 
 impl Source for ParquetSource {
+    fn column_types(&self) -> Vec<chute_core::ColumnType> {
+        self.table.column_types()
+    }
+
     fn manifest(&self) -> &Manifest {
         &self.manifest
     }

@@ -53,6 +53,8 @@ pub enum Shape {
     Union(Vec<Option<usize>>, Vec<Shape>),
     /// A dictionary or run-end-encoded array: its values' shape.
     Values(Box<Shape>),
+    /// A decimal read exactly, as its text ([`Build::decimal`]), not the nearest double.
+    Decimal,
 }
 
 /// Deepest nesting of types a column may have: Arrow files may declare types nested without
@@ -86,24 +88,32 @@ pub(crate) fn depth(dt: &DataType) -> usize {
 
 impl Shape {
     /// The shape of values of type `dt` (at most [`MAX_DEPTH`] deep: see [`depth`]).
+    #[cfg(test)]
     pub(crate) fn of(dt: &DataType) -> Shape {
+        Shape::read(dt, crate::Decimals::Float)
+    }
+
+    /// The shape of values of type `dt` (at most [`MAX_DEPTH`] deep: see [`depth`]), its
+    /// decimals read as `decimals` says.
+    pub(crate) fn read(dt: &DataType, decimals: crate::Decimals) -> Shape {
+        let of = |dt: &DataType| Shape::read(dt, decimals);
         match dt {
             DataType::List(f)
             | DataType::LargeList(f)
             | DataType::ListView(f)
             | DataType::LargeListView(f)
-            | DataType::FixedSizeList(f, _) => Shape::List(Box::new(Shape::of(f.data_type()))),
+            | DataType::FixedSizeList(f, _) => Shape::List(Box::new(of(f.data_type()))),
             DataType::Struct(fields) => Shape::Record(
                 fields
                     .iter()
                     .map(|f| Arc::from(f.name().as_str()))
                     .collect(),
-                fields.iter().map(|f| Shape::of(f.data_type())).collect(),
+                fields.iter().map(|f| of(f.data_type())).collect(),
             ),
             DataType::Map(entries, _) => match entries.data_type() {
                 DataType::Struct(kv) if kv.len() == 2 => Shape::Map(
-                    Box::new(Shape::of(kv[0].data_type())),
-                    Box::new(Shape::of(kv[1].data_type())),
+                    Box::new(of(kv[0].data_type())),
+                    Box::new(of(kv[1].data_type())),
                 ),
                 _ => Shape::Leaf,
             },
@@ -113,13 +123,21 @@ impl Shape {
                 for (id, f) in fields.iter() {
                     if let Ok(id) = usize::try_from(id) {
                         places[id] = Some(shapes.len());
-                        shapes.push(Shape::of(f.data_type()));
+                        shapes.push(of(f.data_type()));
                     }
                 }
                 Shape::Union(places, shapes)
             }
-            DataType::Dictionary(_, v) => Shape::Values(Box::new(Shape::of(v))),
-            DataType::RunEndEncoded(_, v) => Shape::Values(Box::new(Shape::of(v.data_type()))),
+            DataType::Dictionary(_, v) => Shape::Values(Box::new(of(v))),
+            DataType::RunEndEncoded(_, v) => Shape::Values(Box::new(of(v.data_type()))),
+            DataType::Decimal32(..)
+            | DataType::Decimal64(..)
+            | DataType::Decimal128(..)
+            | DataType::Decimal256(..)
+                if decimals == crate::Decimals::Exact =>
+            {
+                Shape::Decimal
+            }
             _ => Shape::Leaf,
         }
     }
@@ -227,9 +245,41 @@ impl Shape {
                 };
                 inner.build(values.as_ref(), at, b)?
             }
+            (Shape::Decimal, dt) => b.decimal(&decimal_text(col, dt, row)?),
             (_, dt) => leaf(col, dt, row, b)?,
         })
     }
+}
+
+/// Row `row` of a decimal column as exact text: its unscaled integer with the point placed
+/// by the scale (`1.25`, `-0.05`, `100.00`; a negative scale as an exponent, `12E+3`).
+fn decimal_text(col: &dyn Array, dt: &DataType, row: usize) -> Result<String, String> {
+    let (digits, scale) = match dt {
+        DataType::Decimal32(_, s) => (prim::<Decimal32Type>(col, row).to_string(), *s),
+        DataType::Decimal64(_, s) => (prim::<Decimal64Type>(col, row).to_string(), *s),
+        DataType::Decimal128(_, s) => (prim::<Decimal128Type>(col, row).to_string(), *s),
+        DataType::Decimal256(_, s) => (prim::<Decimal256Type>(col, row).to_string(), *s),
+        other => return Err(format!("a decimal shape read a {other} array")),
+    };
+    Ok(place_point(&digits, scale))
+}
+
+/// `digits` (an integer's text, maybe negative) divided by 10^`scale`, as exact text.
+fn place_point(digits: &str, scale: i8) -> String {
+    let (sign, digits) = match digits.strip_prefix('-') {
+        Some(d) => ("-", d),
+        None => ("", digits),
+    };
+    if scale < 0 {
+        return format!("{sign}{digits}E+{}", -i32::from(scale));
+    }
+    let scale = scale as usize;
+    if scale == 0 {
+        return format!("{sign}{digits}");
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{sign}{int}.{frac}")
 }
 
 /// What [`Shape::build`] makes values with: scalars, and lists, records and maps made at
@@ -247,6 +297,11 @@ pub trait Build {
     fn uint(&mut self, v: u64) -> Self::Out;
     /// A float (decimals as the nearest double).
     fn float(&mut self, v: f64) -> Self::Out;
+    /// A decimal read exactly (`decimals="exact"`), as its text (`"-12.50"`): text by
+    /// default; the Python package makes a `decimal.Decimal`.
+    fn decimal(&mut self, text: &str) -> Self::Out {
+        self.text(text.as_bytes())
+    }
     /// UTF-8 text.
     fn text(&mut self, v: &[u8]) -> Self::Out;
     /// Bytes.
@@ -450,6 +505,17 @@ fn leaf<B: Build>(col: &dyn Array, dt: &DataType, row: usize, b: &mut B) -> Resu
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn exact_decimals_place_the_point_by_the_scale() {
+        assert_eq!(place_point("125", 2), "1.25");
+        assert_eq!(place_point("-5", 2), "-0.05");
+        assert_eq!(place_point("10000", 2), "100.00");
+        assert_eq!(place_point("0", 3), "0.000");
+        assert_eq!(place_point("42", 0), "42");
+        assert_eq!(place_point("-123", -3), "-123E+3");
+    }
+
     use super::*;
     use arrow_array::builder::{
         Int64Builder, ListBuilder, MapBuilder, StringBuilder, StructBuilder,

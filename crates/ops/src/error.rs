@@ -73,6 +73,14 @@ pub enum OpError {
         /// What was wrong, and what `json` takes.
         reason: String,
     },
+    /// A WebDataset member (msgpack, `.npz`, tenbin, a pickle) that its op cannot decode.
+    #[error("{format}: {reason}")]
+    BadMember {
+        /// The member's format (`msgpack`, `npz`, `tenbin`, `pickle`).
+        format: &'static str,
+        /// What was wrong.
+        reason: String,
+    },
     /// `text` bytes that are not UTF-8.
     #[error("not UTF-8 text: {source}")]
     NotUtf8 {

@@ -40,6 +40,7 @@ pub mod image;
 mod jpeg;
 #[cfg(feature = "libjpeg")]
 mod libjpeg;
+pub mod members;
 mod pixels;
 pub mod spec;
 #[cfg(any(test, feature = "testing"))]

@@ -18,7 +18,10 @@
 //! A key names a field, or several separated by `;` (the first one a sample has is used, as
 //! in `webdataset`'s `to_tuple("jpg;png")`); its value is the op list, or an object with
 //! `ops`, `as` (the output field's name) and `optional` (a sample without the field passes).
-//! Fields are processed in sorted key order; fields not named pass through unchanged.
+//! Fields are processed in sorted key order; fields not named pass through unchanged. The key
+//! `"*"` stands for every field that no other key names (nor gives as an output, nor starts
+//! with `__`): `{"*": [{"op": "auto"}]}` decodes a WebDataset sample as the `webdataset`
+//! package's `.decode()` does.
 //!
 //! The ops, by what they take:
 //!
@@ -36,6 +39,10 @@
 //! | `npy` | `.npy` bytes | the array |
 //! | `text` | UTF-8 bytes | text |
 //! | `json` | JSON bytes | a number a scalar, a list of numbers a 1-D array, a string text; anything else (an object, null, other lists) a nested value ([`chute_core::Value`]: a dict or list in Python, as `json.loads` gives it) |
+//! | `msgpack` | msgpack bytes (`.mp`) | as `json` gives values, from what `msgpack.unpackb` reads (maps with str keys dicts, with bytes keys maps; extension types refused) |
+//! | `npz` | an `.npz` archive | a nested value: a record of its arrays by name, as `dict(numpy.load(f))` (each member's size against `max_decoded_bytes`) |
+//! | `tenbin` | a tenbin buffer (`.ten`, `webdataset.tenbin`) | a nested value: a list of arrays |
+//! | `auto` (`pickle` = false) | a WebDataset member | decoded by its name's last extension as the `webdataset` package's default decoder does: `txt`/`text`/`transcript` text, `cls`/`cls2`/`index`/`inx`/`id` an `int64` label, `json`/`jsn` as `json`, `npy`, `npz`, `ten`/`tb` as `tenbin`, `mp`/`msg`/`msgpack` as `msgpack`; everything else (images, audio, video, `pth`, `cbor`) its bytes; `pyd`/`pkl`/`pickle` refused (unpickling runs code) unless `pickle: true`, which passes them on as bytes for the Python package to unpickle; its field's only op |
 //! | `tokenize` (`tokenizer`: a `tokenizer.json`; `add_special_tokens` = true; `bos`, `eos`: an id or a token; `max_length`; `prompt`, `labels`: see [`Op::Tokenize`]) | UTF-8 text or bytes | `int64 [n]` token ids, as Hugging Face's `tokenizers` gives them (feature `tokenizers`); with `prompt`, the prompt's ids then this field's, and `labels` with the prompt's as -100 |
 //! | `chat` (`tokenizer`: a tokenizer folder; `chat_template`, `template_name`, `train_on`, `train_on_eos`, `max_length`, `truncation`, `kwargs`, `date`, `tools`, `completion`, `chosen`, `rejected`, `labels`: see [`Op::Chat`]) | a conversation's messages (or a prompt, or a chosen completion), with the sample's other fields it names | `int64 [n]` ids rendered with the chat template as `transformers` renders them, and `labels` (-100 where the loss does not count), see [`crate::chat`] (feature `chat`); a preference pair gives `chosen_input_ids`, `chosen_labels`, `rejected_input_ids`, `rejected_labels`; its field's only op |
 //!
@@ -45,7 +52,7 @@
 //! | `log_mel` (`n_mels`, `n_samples`) | 16 kHz mono audio | Whisper's log-mel spectrogram, `float32 [n_mels, frames]` |
 //! | `fbank` (torchaudio's Kaldi options, `scale`) | decoded audio | Kaldi filter banks, `float32 [frames, bins]` |
 //! | `spec_augment` (`freq_masks`, `freq_width`, `time_masks`, `time_width`, `max_time_ratio`, `value`) | `log_mel` or `fbank` features | the features, masked |
-//! | `decode_video` (`frames`, `clips`, `stride` or `fps`, `sampler`, `policy`, `indices`, `resize`, `crop`, `crop_mode`, `scale`, `ratio`, `layout`, `max_pixels`, `max_frames`: see [`Op::DecodeVideo`]) | encoded video (any codec and container the system's FFmpeg reads), or a path or URL naming a file | `uint8 [T, H, W, 3]` RGB clips (`[clips, T, ...]` for several; `TCHW` on request) and a `<name>_pts` field of the frames' times, `float64` seconds (feature `video`); its field's only op |
+//! | `decode_video` (`frames`, `clips`, `stride` or `fps`, `sampler`, `step`, `policy`, `indices`, `resize`, `crop`, `crop_mode`, `scale`, `ratio`, `layout`, `max_pixels`, `max_frames`: see [`Op::DecodeVideo`]) | encoded video (any codec and container the system's FFmpeg reads), or a path or URL naming a file | `uint8 [T, H, W, 3]` RGB clips (`[clips, T, ...]` for several; `TCHW` on request) and a `<name>_pts` field of the frames' times, `float64` seconds (feature `video`); its field's only op |
 //!
 //! Output sizes are at most 65,535 a side and 178,956,970 pixels (PIL's bomb limit): a spec
 //! asking for more is refused when built, and a `resize` of the shorter side that would give
@@ -187,6 +194,23 @@ pub enum Op {
     Text,
     /// JSON bytes: a number, a list of numbers or a string.
     Json,
+    /// msgpack bytes (`.mp`), as `msgpack.unpackb` reads them, given as `json` gives values.
+    Msgpack,
+    /// An `.npz` archive: a record of its arrays by name, as `dict(numpy.load(f))`.
+    Npz,
+    /// A tenbin buffer (`.ten`, `webdataset.tenbin`): a list of arrays.
+    Tenbin,
+    /// Each member decoded by its name's extension as the `webdataset` package's default
+    /// decoder does (see [`crate::members::by_extension`]): text, integer labels, JSON, `.npy`,
+    /// `.npz`, tenbin, msgpack; anything else (images, audio, video, `.pth`, `.cbor`) stays
+    /// bytes. Pickles (`.pyd`, `.pkl`, `.pickle`) are refused, since unpickling runs code:
+    /// `pickle: true` passes them on as bytes, and the Python package then unpickles them.
+    /// Its field's only op; the key `"*"` applies it to every field no other key names.
+    Auto {
+        /// Let pickles through (as bytes; the Python package unpickles them).
+        #[serde(default)]
+        pickle: bool,
+    },
     /// UTF-8 text (or bytes) to its token ids, `int64 [n]`, with Hugging Face's `tokenizers`
     /// (the ids its Python package gives for the same `tokenizer.json`).
     Tokenize {
@@ -367,6 +391,14 @@ pub enum Op {
         /// Where clips start: `random` (default; the sample's RNG) or `regular`.
         #[serde(default)]
         sampler: ClipSampler,
+        /// Instead of `clips` and `sampler`: every clip that fits, starting this far apart from
+        /// the first frame: frames (a whole number; DALI's `step`), or seconds with `fps`
+        /// (torchcodec's `clips_at_regular_timestamps`, `seconds_between_clip_starts`). The
+        /// output always has the clips axis, `[clips, T, ...]`, its length the video's (at
+        /// least one clip, at most 10,000, more being the sample's error): batch such samples with
+        /// `pad=True`, or get a list.
+        #[serde(default)]
+        step: Option<f64>,
         /// Past the end of the video: `repeat_last` (default), `wrap` or `error`.
         #[serde(default)]
         policy: ClipPolicy,
@@ -592,6 +624,10 @@ impl Op {
             Op::Npy => "npy",
             Op::Text => "text",
             Op::Json => "json",
+            Op::Msgpack => "msgpack",
+            Op::Npz => "npz",
+            Op::Tenbin => "tenbin",
+            Op::Auto { .. } => "auto",
             Op::Tokenize { .. } => "tokenize",
             Op::Chat { .. } => "chat",
             Op::DecodeAudio { .. } => "decode_audio",
@@ -640,7 +676,17 @@ impl Kind {
 /// The kind `op` gives from `input`, or why it cannot take it.
 fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
     let out = match (op, input) {
-        (Op::Decode { .. } | Op::Label | Op::Npy | Op::Json, Kind::Bytes) => match op {
+        (
+            Op::Decode { .. }
+            | Op::Label
+            | Op::Npy
+            | Op::Json
+            | Op::Msgpack
+            | Op::Npz
+            | Op::Tenbin
+            | Op::Auto { .. },
+            Kind::Bytes,
+        ) => match op {
             Op::Decode { .. } => Kind::Image,
             _ => Kind::Array,
         },
@@ -663,9 +709,15 @@ fn output_kind(op: &Op, input: Kind) -> Result<Kind, String> {
         (Op::Cast { .. }, Kind::Audio | Kind::Features) => Kind::Array,
         _ => {
             let needs = match op {
-                Op::Decode { .. } | Op::Label | Op::Npy | Op::Json | Op::Text => {
-                    "the field's bytes (put it first)"
-                }
+                Op::Decode { .. }
+                | Op::Label
+                | Op::Npy
+                | Op::Json
+                | Op::Text
+                | Op::Msgpack
+                | Op::Npz
+                | Op::Tenbin
+                | Op::Auto { .. } => "the field's bytes (put it first)",
                 Op::Tokenize { .. } => "text or its bytes (put it first, or after text)",
                 Op::Normalize { .. } => "a decoded image (after decode and the geometric ops)",
                 Op::Chw | Op::Cast { .. } => "an image, normalized pixels or an array",
@@ -771,6 +823,27 @@ impl SampleOps {
                 })?;
                 continue;
             }
+            if let Some(i) = f.ops.iter().position(|op| matches!(op, Op::Auto { .. }))
+                && f.ops.len() != 1
+            {
+                return Err(ConfigError::new(
+                    "transform",
+                    format!(
+                        "field {field:?}, op {}: auto decodes each member by its name, so it \
+                         is its field's only op (name a field's ops to do more with it)",
+                        i + 1
+                    ),
+                ));
+            }
+            if f.names.iter().any(|n| n == ANY) && (f.names.len() != 1 || f.output.is_some()) {
+                return Err(ConfigError::new(
+                    "transform",
+                    format!(
+                        "field {field:?}: \"*\" stands for every field no other key names, \
+                         alone (not with other names or \"as\")"
+                    ),
+                ));
+            }
             let mut kind = Kind::Bytes;
             for (i, op) in f.ops.iter().enumerate() {
                 kind = output_kind(op, kind).map_err(|why| {
@@ -868,6 +941,9 @@ impl FromStr for SampleOps {
 /// The batch column a field always gives, if its name and shape are known up front: a field
 /// that is not optional, with one name (or an output name), and a shape fixed by its ops.
 fn fixed_output(f: &FieldOps) -> Option<Slot> {
+    if f.names.iter().any(|n| n == ANY) {
+        return None;
+    }
     let name = f.output.clone().or_else(|| match &f.names[..] {
         [one] => Some(one.clone()),
         _ => None,
@@ -914,6 +990,10 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
             Op::Npy
             | Op::Text
             | Op::Json
+            | Op::Msgpack
+            | Op::Npz
+            | Op::Tenbin
+            | Op::Auto { .. }
             | Op::Tokenize { .. }
             | Op::Chat { .. }
             | Op::DecodeAudio { .. }
@@ -933,6 +1013,9 @@ fn static_output(ops: &[Op]) -> Option<(DType, Vec<usize>)> {
     let (c, (h, w)) = (channels?, size?);
     Some((dtype, if chw { vec![c, h, w] } else { vec![h, w, c] }))
 }
+
+/// The key that stands for every field no other key names (each one's ops run on each).
+const ANY: &str = "*";
 
 /// Whisper's hop, samples per frame.
 pub(crate) const WHISPER_HOP: usize = 160;
@@ -1052,6 +1135,7 @@ fn check_video(op: &Op) -> Result<(), String> {
         clips,
         stride,
         fps,
+        step,
         indices,
         resize,
         crop,
@@ -1063,6 +1147,26 @@ fn check_video(op: &Op) -> Result<(), String> {
     else {
         return Ok(());
     };
+    if let Some(s) = step {
+        if fps.is_some() {
+            if !(s.is_finite() && *s > 0.0 && *s <= 1e9) {
+                return Err(format!("step {s}: seconds between clip starts, above 0"));
+            }
+        } else if !(s.is_finite() && *s >= 1.0 && s.fract() == 0.0 && *s <= 1e9) {
+            return Err(format!(
+                "step {s}: frames between clip starts, a whole number from 1 (or seconds, \
+                 with fps)"
+            ));
+        }
+        if *clips != 1 {
+            return Err(format!(
+                "clips {clips} with step: step takes every clip that fits; give one of them"
+            ));
+        }
+        if indices.is_some() {
+            return Err("step with indices: indices name the frames themselves".into());
+        }
+    }
     if *frames == 0 || *frames > 100_000 {
         return Err(format!("frames {frames}: 1 to 100,000 per clip"));
     }
@@ -1250,6 +1354,10 @@ impl SampleOps {
         mut out: Option<&mut [&mut [u8]]>,
     ) -> Result<(), BadData> {
         for ((f, plan), chat) in self.fields.iter().zip(&self.plans).zip(&self.chats) {
+            if f.names[0] == ANY {
+                self.apply_to_the_rest(sample, f, plan, rng)?;
+                continue;
+            }
             let Some(name) = f.names.iter().find(|n| sample.get(n).is_some()) else {
                 if f.optional {
                     continue;
@@ -1276,6 +1384,12 @@ impl SampleOps {
                 }
             };
             let context = |e: OpError| BadData::new(name.as_str(), e);
+            if let [Op::Auto { pickle }] = &f.ops[..] {
+                let value = step::auto(&name, value, *pickle).map_err(context)?;
+                let output = f.output.clone().unwrap_or(name);
+                sample.set(FieldName::Owned(output), step::into_field(value));
+                continue;
+            }
             if let Some(Op::Tokenize {
                 prompt: Some(prompt),
                 labels,
@@ -1303,6 +1417,52 @@ impl SampleOps {
                 sample.set(FieldName::Owned(name), field);
             }
             sample.set(FieldName::Owned(output), step::into_field(value));
+        }
+        Ok(())
+    }
+
+    /// Runs `f`'s ops (the key `"*"`) on every field of `sample` that no other key names
+    /// (`__`-prefixed fields aside), each in place.
+    fn apply_to_the_rest(
+        &self,
+        sample: &mut Sample,
+        f: &FieldOps,
+        plan: &CompiledField,
+        rng: &mut SampleRng,
+    ) -> Result<(), BadData> {
+        let named = |n: &str| {
+            n.starts_with("__")
+                || self
+                    .fields
+                    .iter()
+                    .any(|g| g.names.iter().any(|m| m == n) || g.output.as_deref() == Some(n))
+        };
+        let rest: Vec<String> = sample
+            .fields
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .filter(|n| !named(n))
+            .collect();
+        for name in rest {
+            let field = sample.remove(&name).expect("present");
+            let value = match field {
+                Field::Bytes(b) | Field::Text(b) => Value::Bytes(b),
+                Field::Array(a) => Value::Array(a),
+                other => {
+                    // Already decoded (a Python transform's value): left as it is.
+                    sample.set(FieldName::Owned(name), other);
+                    continue;
+                }
+            };
+            let context = |e: OpError| BadData::new(name.as_str(), e);
+            let value = match &f.ops[..] {
+                [Op::Auto { pickle }] => step::auto(&name, value, *pickle).map_err(context)?,
+                _ => step::run(&plan.steps, value, rng, None).map_err(context)?,
+            };
+            if let Some((companion, field)) = step::companion(&value, &name) {
+                sample.set(FieldName::Owned(companion), field);
+            }
+            sample.set(FieldName::Owned(name), step::into_field(value));
         }
         Ok(())
     }

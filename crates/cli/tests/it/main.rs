@@ -669,3 +669,34 @@ fn mixture_files_run_under_bench_and_inspect() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown key \"wieghts\""), "{err}");
 }
+
+#[test]
+fn a_reader_that_stops_ends_chute_quietly() {
+    // `chute inspect ... | head -1` (and `cat`): once the reader is gone, chute stops, status 0,
+    // without a panic's message.
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rows.jsonl");
+    let rows: Vec<String> = (0..50_000)
+        .map(|i| format!("{{\"text\": \"row {i} of many, long enough to fill a pipe\"}}"))
+        .collect();
+    std::fs::write(&path, rows.join("\n")).unwrap();
+    let path = path.to_str().unwrap();
+    for args in [vec!["inspect", path, "-n", "50000"], vec!["cat", path]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_chute"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(!first.is_empty(), "{args:?}");
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}

@@ -4,7 +4,8 @@
 //! - [`decode`]: WAV (PCM integer and float, ADPCM), AIFF, CAF, FLAC, MP3, Ogg Vorbis, AAC-LC
 //!   and ALAC in MP4/M4A (Symphonia's pure-Rust demuxers and decoders), and Opus in Ogg and
 //!   MKV/WebM (the packets demuxed by Symphonia, decoded by the system's libopus, loaded the
-//!   first time an Opus stream is met), to `float32` `[channels, frames]` in
+//!   first time an Opus stream is met, or on request by FFmpeg's own decoder in builds with
+//!   feature `video`: see `opus.rs`), to `float32` `[channels, frames]` in
 //!   [-1, 1]. Integer PCM is scaled as soundfile scales it (`x / 2^(bits-1)`); the encoders'
 //!   delay and padding frames (MP3's LAME header, Opus's pre-skip, Vorbis, AAC in MP4 where the
 //!   container says) are trimmed, as FFmpeg trims them. [`Audio::mono`] is the mean of the

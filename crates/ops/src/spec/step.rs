@@ -127,6 +127,11 @@ pub(super) enum Step {
     Npy,
     Text,
     Json,
+    Msgpack,
+    Npz,
+    Tenbin,
+    /// The bytes as they are (`auto`'s choice for members it does not decode).
+    Bytes,
     /// `tokenize`: the tokenizer and options, or why they could not be had.
     #[cfg(feature = "tokenizers")]
     Tokenize(Result<(crate::text::TextTokenizer, crate::text::EncodeOptions), String>),
@@ -291,6 +296,11 @@ fn compile(ops: &[Op], slot: Option<&Slot>) -> Vec<Step> {
             Op::Npy => Step::Npy,
             Op::Text => Step::Text,
             Op::Json => Step::Json,
+            Op::Msgpack => Step::Msgpack,
+            Op::Npz => Step::Npz,
+            Op::Tenbin => Step::Tenbin,
+            // Run by `auto` in `SampleOps::apply_fields`, which knows the field's name.
+            Op::Auto { .. } => Step::Bytes,
             #[cfg(feature = "tokenizers")]
             op @ Op::Tokenize { .. } => Step::Tokenize(super::tokenizing(op)),
             #[cfg(not(feature = "tokenizers"))]
@@ -461,6 +471,10 @@ impl Step {
             Step::Npy => "npy",
             Step::Text => "text",
             Step::Json => "json",
+            Step::Msgpack => "msgpack",
+            Step::Npz => "npz",
+            Step::Tenbin => "tenbin",
+            Step::Bytes => "auto",
             #[cfg(feature = "tokenizers")]
             Step::Tokenize(_) => "tokenize",
             #[cfg(not(feature = "tokenizers"))]
@@ -512,7 +526,15 @@ impl Step {
         }
         matches!(
             self,
-            Step::Decode { .. } | Step::DecodeRegion { .. } | Step::Npy | Step::Text | Step::Json
+            Step::Decode { .. }
+                | Step::DecodeRegion { .. }
+                | Step::Npy
+                | Step::Text
+                | Step::Json
+                | Step::Msgpack
+                | Step::Npz
+                | Step::Tenbin
+                | Step::Bytes
         )
     }
 
@@ -762,6 +784,17 @@ impl Step {
                 Value::Text(b)
             }
             (Step::Json, Value::Bytes(b)) => json_value(&b)?,
+            (Step::Msgpack, Value::Bytes(b)) => {
+                top_level(crate::members::msgpack(&b).map_err(bad_member("msgpack"))?)
+            }
+            (Step::Npz, Value::Bytes(b)) => Value::Nested(
+                crate::members::npz(&b, chute_core::Limits::current().max_decoded_bytes)
+                    .map_err(bad_member("npz"))?,
+            ),
+            (Step::Tenbin, Value::Bytes(b)) => {
+                Value::Nested(crate::members::tenbin(&b).map_err(bad_member("tenbin"))?)
+            }
+            (Step::Bytes, v @ Value::Bytes(_)) => v,
             #[cfg(feature = "tokenizers")]
             (Step::Tokenize(t), Value::Bytes(b) | Value::Text(b)) => {
                 let (tok, options) = t
@@ -891,6 +924,7 @@ fn clip_request(op: &Op) -> crate::video::ClipRequest {
         stride,
         fps,
         sampler,
+        step,
         policy,
         indices,
         resize,
@@ -913,9 +947,10 @@ fn clip_request(op: &Op) -> crate::video::ClipRequest {
                 Some(f) => Spacing::Fps(*f),
                 None => Spacing::Frames(*stride),
             },
-            sampler: match sampler {
-                ClipSampler::Random => Sampler::Random,
-                ClipSampler::Regular => Sampler::Regular,
+            sampler: match (step, sampler) {
+                (Some(s), _) => Sampler::Every(*s),
+                (None, ClipSampler::Random) => Sampler::Random,
+                (None, ClipSampler::Regular) => Sampler::Regular,
             },
             policy: match policy {
                 ClipPolicy::RepeatLast => Policy::RepeatLast,
@@ -1150,6 +1185,82 @@ fn json_value(b: &[u8]) -> Result<Value, OpError> {
         },
         _ => nested(b),
     }
+}
+
+/// A decoded member's value as `json` gives values: a number a scalar, a list of numbers a
+/// 1-D array (`int64` when all are integers), text as text, anything else nested.
+fn top_level(v: chute_core::Value) -> Value {
+    use chute_core::Value as V;
+    let scalar = |dtype: DType, b: &[u8]| Array::new(dtype, Vec::new(), Bytes::copy_from_slice(b));
+    match v {
+        V::Int(i) => Value::Array(Array::scalar_i64(i)),
+        V::UInt(u) => Value::Array(scalar(DType::F64, &(u as f64).to_le_bytes())),
+        V::Float(f) => Value::Array(scalar(DType::F64, &f.to_le_bytes())),
+        V::Bool(x) => Value::Array(scalar(DType::Bool, &[u8::from(x)])),
+        V::Text(t) => Value::Text(t),
+        V::List(items) if items.iter().all(|x| matches!(x, V::Int(_))) => {
+            let data: Vec<u8> = items
+                .iter()
+                .flat_map(|x| match x {
+                    V::Int(i) => i.to_le_bytes(),
+                    _ => [0; 8],
+                })
+                .collect();
+            Value::Array(Array::new(DType::I64, vec![items.len()], data.into()))
+        }
+        V::List(items)
+            if items
+                .iter()
+                .all(|x| matches!(x, V::Int(_) | V::UInt(_) | V::Float(_))) =>
+        {
+            let data: Vec<u8> = items
+                .iter()
+                .flat_map(|x| match x {
+                    V::Int(i) => (*i as f64).to_le_bytes(),
+                    V::UInt(u) => (*u as f64).to_le_bytes(),
+                    V::Float(f) => f.to_le_bytes(),
+                    _ => [0; 8],
+                })
+                .collect();
+            Value::Array(Array::new(DType::F64, vec![items.len()], data.into()))
+        }
+        v => Value::Nested(v),
+    }
+}
+
+/// An [`OpError::BadMember`] of `format`.
+fn bad_member(format: &'static str) -> impl Fn(String) -> OpError {
+    move |reason| OpError::BadMember { format, reason }
+}
+
+/// The `auto` op on the field `name`: decoded as the `webdataset` package's default decoder
+/// decodes a member of that name (see [`crate::members::by_extension`]).
+pub(super) fn auto(name: &str, value: Value, pickle: bool) -> Result<Value, OpError> {
+    use crate::members::Member;
+    let Value::Bytes(b) = value else {
+        return Ok(value); // an array a source gave: nothing to decode
+    };
+    let step = match crate::members::by_extension(name) {
+        Member::Text => Step::Text,
+        Member::Label => Step::Label,
+        Member::Json => Step::Json,
+        Member::Npy => Step::Npy,
+        Member::Npz => Step::Npz,
+        Member::Tenbin => Step::Tenbin,
+        Member::Msgpack => Step::Msgpack,
+        Member::Pickle if pickle => Step::Bytes,
+        Member::Pickle => {
+            return Err(OpError::BadMember {
+                format: "pickle",
+                reason: "a pickle is not unpickled: loading one runs its code; if the data \
+                         is trusted, give auto \"pickle\": true (the Python package then \
+                         unpickles it) or decode it in your own transform"
+                    .into(),
+            });
+        }
+        Member::Bytes => Step::Bytes,
+    };
+    step.run(Value::Bytes(b), &mut SampleRng::for_sample(0, 0, 0), None)
 }
 
 fn nested(b: &[u8]) -> Result<Value, OpError> {

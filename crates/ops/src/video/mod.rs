@@ -13,7 +13,9 @@
 //! - **Clips** ([`sample`]): `frames` frames `stride` apart (or at `fps`), `clips` of them,
 //!   started at random (the sample's RNG) or regularly, completed past the end by a
 //!   [`Policy`]: torchcodec's `clips_at_random_indices` / `clips_at_regular_indices` (and its
-//!   timestamp samplers, where a frame's time is the one shown at that instant).
+//!   timestamp samplers, where a frame's time is the one shown at that instant); or every
+//!   clip that fits, `step` apart ([`Sampler::Every`]: DALI's `step` in frames,
+//!   `clips_at_regular_timestamps` in seconds).
 //! - **Exact seeking**: for each frame wanted, in presentation order, the demuxer seeks to
 //!   the key frame at or before it only when that key frame is past what has been decoded;
 //!   frames are matched by presentation time, so the frames a clip names are the frames
@@ -146,7 +148,9 @@ pub struct Clips {
     pub pts_shape: Vec<usize>,
 }
 
-fn init() {
+/// FFmpeg's libraries set up once per process: its log lines kept per thread, never printed
+/// (the audio ops' Opus decoder shares this).
+pub(crate) fn init() {
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         // Registers nothing on FFmpeg 5+; checks the libraries load. FFmpeg's error lines are
@@ -197,7 +201,7 @@ unsafe extern "C" fn keep_log(
 
 /// The lines FFmpeg logged on this thread since the last call (taken), as ` (FFmpeg: ...)`,
 /// or nothing.
-fn ffmpeg_said() -> String {
+pub(crate) fn ffmpeg_said() -> String {
     let said = LAST_LOG
         .try_with(|l| {
             l.try_borrow_mut()
@@ -911,7 +915,9 @@ fn decode_unguarded(
             let ix = sample::clip_indices(&req.sampling, &table, rng)
                 .map_err(|why| OpError::wrong_input("decode_video", why))?;
             let s = &req.sampling;
-            let lead = if s.clips > 1 {
+            let lead = if let Sampler::Every(_) = s.sampler {
+                vec![ix.len() / s.frames, s.frames]
+            } else if s.clips > 1 {
                 vec![s.clips, s.frames]
             } else {
                 vec![s.frames]

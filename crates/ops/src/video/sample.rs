@@ -5,13 +5,19 @@
 use chute_core::SampleRng;
 
 /// Where clips start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Sampler {
     /// Uniformly at random in the range a clip may start in (the sample's RNG).
     Random,
     /// Evenly spaced over that range (`torch.linspace` of the start indices, or of the
     /// start times), the first at the first frame.
     Regular,
+    /// Every clip that fits, starting this far apart from the first frame: frames with
+    /// [`Spacing::Frames`] (DALI's `step`), seconds with [`Spacing::Fps`] (torchcodec's
+    /// `clips_at_regular_timestamps` and its `seconds_between_clip_starts`). The number of
+    /// clips is the video's: at least one (a video shorter than a clip gives one, completed by
+    /// the policy).
+    Every(f64),
 }
 
 /// What a clip does past the end of the video.
@@ -110,6 +116,21 @@ fn frame_at(pts: &[f64], t: f64) -> usize {
     pts.partition_point(|&p| p <= t).saturating_sub(1)
 }
 
+/// Most clips a `step` may give one video (as many as `clips` may ask for).
+pub const MAX_STEP_CLIPS: usize = 10_000;
+
+/// Refuses a `step` that gives more than [`MAX_STEP_CLIPS`] clips (before their frames are
+/// listed).
+fn check_clip_count(count: usize) -> Result<(), String> {
+    if count > MAX_STEP_CLIPS {
+        return Err(format!(
+            "the step gives {count} clips of this video, more than {MAX_STEP_CLIPS}: use a \
+             larger step"
+        ));
+    }
+    Ok(())
+}
+
 /// The frame indices of every clip, clip by clip (`clips * frames` of them), by torchcodec's
 /// rules: see the module docs of [`crate::video`].
 pub fn clip_indices(
@@ -121,7 +142,7 @@ pub fn clip_indices(
     if n == 0 {
         return Err("the video stream has no frames".into());
     }
-    let mut out = Vec::with_capacity(s.clips * s.frames);
+    let mut out = Vec::with_capacity(s.clips.min(n) * s.frames);
     match s.spacing {
         Spacing::Frames(stride) => {
             let span = stride * (s.frames - 1) + 1;
@@ -132,6 +153,11 @@ pub fn clip_indices(
                     .map(|_| rng.below(end as u64) as usize)
                     .collect(),
                 Sampler::Regular => linspace_int(0.0, (end - 1) as f64, s.clips),
+                Sampler::Every(step) => {
+                    let step = (step as usize).max(1);
+                    check_clip_count(end.div_ceil(step))?;
+                    (0..end).step_by(step).collect()
+                }
             };
             for start in starts {
                 let idx: Vec<usize> = (start..(start + span).min(n)).step_by(stride).collect();
@@ -151,6 +177,25 @@ pub fn clip_indices(
                 Sampler::Regular => (0..s.clips)
                     .map(|i| begin + width * i as f64 / s.clips as f64)
                     .collect(),
+                // torch.arange(begin, end, step) in float64, kept below `end`.
+                Sampler::Every(step) => {
+                    let count = if width > 0.0 {
+                        let count = (width / step).ceil();
+                        check_clip_count(if count < 1e12 {
+                            count as usize
+                        } else {
+                            usize::MAX
+                        })?;
+                        (count as usize).max(1)
+                    } else {
+                        1
+                    };
+                    // Never empty: the first start, `begin`, is below `end` (or the only one).
+                    (0..count)
+                        .map(|i| begin + i as f64 * step)
+                        .filter(|&t| t < end || width <= 0.0)
+                        .collect()
+                }
             };
             for start in starts {
                 let times: Vec<f64> = (0..s.frames)
@@ -237,6 +282,33 @@ mod tests {
         s.policy = Policy::Error;
         let e = clip_indices(&s, &t, &mut rng).unwrap_err();
         assert!(e.contains("past the end"), "{e}");
+    }
+
+    #[test]
+    fn every_clip_that_fits_at_a_step() {
+        // DALI's step: 20 frames, clips of 4 frames at stride 2 (span 7) every 5 frames:
+        // starts 0, 5, 10 (15 would run past the end).
+        let t = table(20, 25.0);
+        let s = sampling(4, 1, Spacing::Frames(2), Sampler::Every(5.0));
+        let idx = clip_indices(&s, &t, &mut SampleRng::for_sample(0, 0, 0)).unwrap();
+        assert_eq!(idx, [0, 2, 4, 6, 5, 7, 9, 11, 10, 12, 14, 16]);
+        // A video shorter than a clip: one clip, completed by the policy.
+        let t = table(3, 25.0);
+        let idx = clip_indices(&s, &t, &mut SampleRng::for_sample(0, 0, 0)).unwrap();
+        assert_eq!(idx, [0, 2, 2, 2]);
+        // In time (torchcodec's clips_at_regular_timestamps): 3 s at 10 fps, 2 frames 0.5 s
+        // apart, a clip every 1.2 s: starts in [0, 2.5): 0, 1.2, 2.4.
+        let t = table(30, 10.0);
+        let s = sampling(2, 1, Spacing::Fps(2.0), Sampler::Every(1.2));
+        let idx = clip_indices(&s, &t, &mut SampleRng::for_sample(0, 0, 0)).unwrap();
+        assert_eq!(idx, [0, 5, 12, 17, 24, 29]);
+        // A step that would list more clips than allowed is refused before any is made.
+        let s = sampling(2, 1, Spacing::Fps(2.0), Sampler::Every(1e-9));
+        let e = clip_indices(&s, &t, &mut SampleRng::for_sample(0, 0, 0)).unwrap_err();
+        assert!(e.contains("larger step"), "{e}");
+        let t = table(20_005, 25.0);
+        let s = sampling(1, 1, Spacing::Frames(1), Sampler::Every(2.0));
+        assert!(clip_indices(&s, &t, &mut SampleRng::for_sample(0, 0, 0)).is_err());
     }
 
     #[test]
