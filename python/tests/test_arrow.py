@@ -268,6 +268,30 @@ def test_null_fill_and_raise(tmp_path):
     assert len(chute.parquet(path, nulls="raise")) == 2
 
 
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_columns_without_buffers_in_ipc(tmp_path, kind):
+    """Columns whose record batches hold no buffer a row (the null type, run-end encoding),
+    alone in a file, and a run-end-encoded column whose nulls (its values') first appear in a
+    later record batch: read whole, with pyarrow's values and masks."""
+    n = 25
+    ree = pa.RunEndEncodedArray.from_arrays(pa.array([10, 20, n], pa.int32()),
+                                            pa.array([1.5, None, 3.0]))
+    want = ree.to_pylist()
+    for name, tbl in (("nul", pa.table({"z": pa.nulls(n)})),
+                      ("ree", pa.table({"r": ree})),
+                      ("both", pa.table({"z": pa.nulls(n), "r": ree}))):
+        path = tmp_path / f"{name}.arrow"
+        with (ipc.new_file if kind == "file" else ipc.new_stream)(path, tbl.schema) as w:
+            w.write_table(tbl, max_chunksize=10)
+        rows = all_rows(chute.Loader(chute.arrow(path), batch_size=8, num_workers=2))
+        if "z" in tbl.column_names:
+            assert rows["z_valid"] == [False] * n, name
+        if "r" in tbl.column_names:
+            assert rows["r_valid"] == [v is not None for v in want], name
+            assert [v for v, ok in zip(rows["r"], rows["r_valid"]) if ok] == \
+                [v for v in want if v is not None], name
+
+
 datasets = pytest.importorskip("datasets")
 
 

@@ -158,7 +158,7 @@ def test_parquet_streams_pieces_and_refuses_a_global_shuffle_its_cache_cannot_ho
         assert sorted(got) == sorted(list(range(n)) * 2) and got[:n] != got[n:]
 
 
-@pytest.mark.parametrize("compression", ["none", "snappy", "zstd", "lz4", "gzip"])
+@pytest.mark.parametrize("compression", ["none", "snappy", "zstd", "lz4", "gzip", "brotli"])
 @pytest.mark.parametrize("version", ["1.0", "2.0"])
 def test_parquet_numeric_columns_read_as_pyarrow_writes_them(tmp_path, compression, version):
     # chute decodes flat numeric columns itself (PLAIN and dictionary pages, v1 and v2, in the

@@ -888,6 +888,10 @@ fn nulls_in(
                 }
                 along.push(node);
             }
+            // A run-end-encoded column has no validity of its own: its nulls are its values'.
+            if let arrow_schema::DataType::RunEndEncoded(ends, _) = dt {
+                along.push(along[along.len() - 1] + 1 + nodes_of(ends.data_type()));
+            }
             parts.iter().any(|p| {
                 let nodes = root_as_message(&data[p.meta.clone()])
                     .ok()
@@ -903,6 +907,19 @@ fn nulls_in(
             })
         })
         .collect()
+}
+
+/// Whether a column of type `dt` has buffers that grow with its rows (offsets, values,
+/// type ids, keys): all but the null type, run-end encoding (its runs may be few), and
+/// structs and fixed-size lists of only those.
+fn per_row(dt: &arrow_schema::DataType) -> bool {
+    use arrow_schema::DataType as T;
+    match dt {
+        T::Null | T::RunEndEncoded(..) => false,
+        T::Struct(fields) => fields.iter().any(|f| per_row(f.data_type())),
+        T::FixedSizeList(f, k) => *k > 0 && per_row(f.data_type()),
+        _ => true,
+    }
 }
 
 fn walk(
@@ -989,9 +1006,17 @@ fn walk(
                 weigh(origin, claimed)?;
                 let rows = u64::try_from(batch.length())
                     .map_err(|_| malformed(origin, start, "a negative row count"))?;
-                // Every column takes at least a bit per row: a count the buffers cannot hold
-                // is corrupt (and must not size anything).
-                if rows > payload.saturating_mul(8) + 8 {
+                // A column with buffers takes at least a bit per row: a count the buffers
+                // cannot hold is corrupt (and must not size anything). Columns without any
+                // (the null type, run-end encoding) take a byte a row once read (their
+                // `_valid` masks): bounded by what a unit may decode to.
+                let s = schema.as_ref().expect("checked above");
+                let most = if s.fields().iter().any(|f| per_row(f.data_type())) {
+                    payload.saturating_mul(8) + 8
+                } else {
+                    chute_core::Limits::current().max_decoded_bytes
+                };
+                if rows > most {
                     return Err(malformed(
                         origin,
                         start,
@@ -1629,6 +1654,35 @@ mod tests {
             .to_string();
         assert!(
             e.contains("junk.arrow") && e.contains("not a readable Arrow IPC"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn columns_without_buffers_are_bounded_by_the_decoded_limit() {
+        // A null-type column has no buffers: its rows are bounded by `max_decoded_bytes`
+        // (a byte a row once read, its `_valid` mask), not by the buffers' bits.
+        let dir = tempfile::tempdir().unwrap();
+        let stream = |rows: usize| {
+            let column = Arc::new(arrow_array::NullArray::new(rows)) as ArrayRef;
+            let batch = RecordBatch::try_from_iter([("z", column)]).unwrap();
+            let mut out = Vec::new();
+            let mut w = StreamWriter::try_new(&mut out, &batch.schema()).unwrap();
+            w.write(&batch).unwrap();
+            w.finish().unwrap();
+            drop(w);
+            out
+        };
+        let p = write_file(dir.path(), "nulls.arrows", &stream(100));
+        let src = ArrowSource::open(&[&p], ArrowOptions::default()).unwrap();
+        assert_eq!(src.manifest().total_samples(), 100);
+        let limit = chute_core::Limits::current().max_decoded_bytes as usize;
+        let p = write_file(dir.path(), "huge.arrows", &stream(limit + 1));
+        let e = ArrowSource::open(&[&p], ArrowOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("huge.arrows") && e.contains("rows in 0 bytes"),
             "{e}"
         );
     }
