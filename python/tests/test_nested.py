@@ -271,9 +271,71 @@ def test_bad_json_lines_name_the_file_and_line(tmp_path):
     path.write_text('{"a": 1}\n{"a": 2}\n{"a": oops}\n')
     with pytest.raises(chute.CorruptDataError, match=r"bad\.jsonl.*line 3: not JSON"):
         chute.dataset(path)
-    path.write_text('{"a": 1}\n\n{"a": "two"}\n')
-    with pytest.raises(chute.CorruptDataError, match=r'line 3: field "a" is a string, but it is a number on line 1'):
+    path.write_text('{"a": 1}\n\n[1, 2]\n')
+    with pytest.raises(chute.CorruptDataError, match=r"bad\.jsonl.*line 3: a JSON array, not an object"):
         chute.dataset(path)
+
+
+MIXED = {  # JSON Lines whose fields `datasets` 5 reads as its Json feature (on_mixed_types)
+    "types": [{"a": 1}, {"a": "x"}, {"a": None}, {"a": 2.5}, {"a": [1, {"b": None}]}],
+    "keys": [{"m": {"x": 1}}, {"m": {"x": 2, "y": "b"}}, {"m": None}, {"m": {"y": "c"}}],
+    "empty": [{"m": {}}, {"m": {}}],
+    "tools": [
+        {"messages": [{"role": "user", "content": "w\u00e9ather \"here\"?"},
+                      {"role": "assistant", "content": None, "tool_calls": [
+                          {"id": "c1", "type": "function",
+                           "function": {"name": "get", "arguments": "{\"city\": \"Paris\"}"}}]},
+                      {"role": "tool", "tool_call_id": "c1", "content": "21"},
+                      {"role": "assistant", "content": "21 degrees"}], "id": 0},
+        {"messages": [{"role": "user", "content": "hi"},
+                      {"role": "assistant", "content": "hello"}], "id": 1},
+    ],
+    "deep": [{"a": {"b": [{"c": 1}, {"d": 2}], "n": 1}}, {"a": {"b": [], "n": 2}}],
+}
+
+
+@pytest.mark.parametrize("case", sorted(MIXED))
+def test_mixed_json_lines_read_as_datasets_json_feature(tmp_path, case):
+    """Fields of mixed types, and objects below the top level whose keys differ (a chat's
+    tool calls), are the values `datasets.load_dataset("json")` gives (its Json feature):
+    each row's own value and keys; in a Hugging Face dataset (the arrow.json extension type)
+    and in Parquet and Arrow files of pyarrow's json type, the same."""
+    rows = MIXED[case]
+    path = tmp_path / f"{case}.jsonl"
+    write_jsonl(path, rows)
+    ds = datasets.load_dataset("json", data_files=str(path), split="train",
+                               cache_dir=str(tmp_path / "cache"))
+    assert "Json" in repr(ds.features), ds.features
+    want = ds.to_list()
+
+    def records(loader):
+        got = all_rows(loader)
+        out = []
+        for i in range(len(want)):
+            r = {}
+            for k, v in got.items():
+                if k.endswith("_valid"):
+                    continue
+                ok = got.get(f"{k}_valid")
+                val = v[i] if ok is None or ok[i] else None
+                val = val.item() if isinstance(val, np.generic) else val
+                at = r
+                *up, leaf = k.split(".")
+                for q in up:
+                    at = at.setdefault(q, {})
+                at[leaf] = val
+            out.append(r)
+        return out
+
+    assert records(chute.Loader(chute.dataset(path), batch_size=2, num_workers=2)) == want
+    assert records(chute.Loader(ds, batch_size=3)) == want
+    # The Hugging Face dataset's table, written by pyarrow: the extension type kept.
+    table = ds.data.table
+    pq.write_table(table, tmp_path / "t.parquet")
+    with ipc.new_file(tmp_path / "t.arrow", table.schema) as w:
+        w.write_table(table)
+    assert records(chute.Loader(chute.parquet(tmp_path / "t.parquet"), batch_size=2)) == want
+    assert records(chute.Loader(chute.arrow(tmp_path / "t.arrow"), batch_size=2)) == want
 
 
 def test_webdataset_json_members_decode_as_the_webdataset_package_gives_them(tmp_path):

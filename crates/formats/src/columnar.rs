@@ -323,13 +323,23 @@ impl Table {
             types,
             decimals,
             dictionaries,
+            json,
             ..
         } = projected;
         let layout = Layout::new(&names, &kinds, stack, origin, masked)?;
         let shapes = kinds
             .iter()
             .zip(&types)
-            .map(|(&k, dt)| (k == Kind::Nested).then(|| Arc::new(Shape::read(dt, decimals))))
+            .zip(&json)
+            .map(|((&k, dt), &json)| {
+                (k == Kind::Nested).then(|| {
+                    Arc::new(if json {
+                        Shape::Json
+                    } else {
+                        Shape::read(dt, decimals)
+                    })
+                })
+            })
             .collect();
         Ok(Table {
             names,
@@ -573,6 +583,9 @@ pub(crate) struct Projected {
     pub(crate) decimals: crate::Decimals,
     /// How dictionary columns are read (codes make top-level ones `int64`).
     pub(crate) dictionaries: crate::Dictionaries,
+    /// Per column, whether it is JSON text (the `arrow.json` extension: its field's
+    /// metadata, which its type does not carry), read as parsed values.
+    pub(crate) json: Vec<bool>,
 }
 
 impl Projected {
@@ -615,10 +628,15 @@ impl Projected {
             roots: Roots::default(),
             decimals,
             dictionaries,
+            json: Vec::with_capacity(found.len()),
         };
         for (place, path, name, field) in found {
             let mut kind = kind_of(&field.clone().with_name(name.clone()), origin)?;
             let dt = field.data_type();
+            let json = crate::values::is_json(&field);
+            if json || crate::values::holds_json(dt) {
+                kind = Kind::Nested; // JSON text parsed, a value a row
+            }
             if decimals == crate::Decimals::Exact && holds_decimals(dt) {
                 kind = Kind::Nested; // a value a row: the decimals' text
             }
@@ -640,9 +658,11 @@ impl Projected {
                 kind = Kind::Scalar(DType::I64); // codes into the source's dictionary
             }
             projected.units.push(match kind {
+                Kind::Nested if json => Some("json".to_string()),
                 Kind::Nested => Some(dt.to_string()),
                 _ => arrow_types::unit(dt),
             });
+            projected.json.push(json);
             projected.places.push(place);
             projected.paths.push(path);
             projected.names.push(name);

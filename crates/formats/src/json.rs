@@ -8,11 +8,13 @@
 //! loader (pyarrow's JSON reader) infers one: integers `int64`, numbers with a fraction (or
 //! integers beside them) `float64`, `bool`, strings, lists, objects as structs (fields in the
 //! order first seen), a field that is `null` on every line the null type, and a field missing
-//! from a line null there. The lines are cut into pieces of about 4 MiB, each decoded into a
+//! from a line null there; and as `datasets` 5's default (`on_mixed_types="use_json"`), JSON
+//! values (the `arrow.json` extension type: each row's value kept as its text, parsed when
+//! read) where a field's values are of different kinds, or where objects below the top level
+//! do not all have the same keys (a chat's messages where only some carry `tool_calls`). The lines are cut into pieces of about 4 MiB, each decoded into a
 //! record batch when first read (on the loader's workers, in parallel): every row is in
-//! memory, so a global shuffle, an exact rank split and a resume read any row. A line that is not JSON, or a value whose type differs from the
-//! others of its field (a number where other lines have text), is an error naming the file
-//! and the line.
+//! memory, so a global shuffle, an exact rank split and a resume read any row. A line that
+//! is not JSON, or not an object, is an error naming the file and the line.
 
 use std::io::Read;
 use std::path::Path;
@@ -246,7 +248,7 @@ fn infer(files: &[(String, Bytes)]) -> Result<(Schema, Seen), Error> {
     let schema = Schema::new(
         fields
             .iter()
-            .map(|(name, n)| arrow_schema::Field::new(name, n.ty.arrow(), true))
+            .map(|(name, n)| n.field(name))
             .collect::<Vec<_>>(),
     );
     let mut present = std::collections::HashMap::new();
@@ -276,6 +278,12 @@ enum Ty {
     List(Box<Node>),
     /// An object: its fields, in the order first seen.
     Object(Vec<(String, Node)>),
+    /// Values kept as JSON text, parsed per row (the `arrow.json` extension, `datasets`'
+    /// `Json` feature): where the values' types conflict (a number here, text there, an
+    /// object beside a string), or, below the top level, where objects do not all have the
+    /// same keys (or the first has none), as `datasets`' JSON loader (`on_mixed_types=
+    /// "use_json"`, its default) decides.
+    Json,
 }
 
 impl Ty {
@@ -288,24 +296,22 @@ impl Ty {
             Ty::Str => "string",
             Ty::List(_) => "array",
             Ty::Object(_) => "object",
+            Ty::Json => "JSON value",
         }
     }
 
     fn arrow(&self) -> arrow_schema::DataType {
-        use arrow_schema::{DataType, Field};
+        use arrow_schema::DataType;
         match self {
             Ty::Null => DataType::Null,
             Ty::Bool => DataType::Boolean,
             Ty::Int => DataType::Int64,
             Ty::Float => DataType::Float64,
-            Ty::Str => DataType::Utf8,
-            Ty::List(item) => DataType::List(Arc::new(Field::new("item", item.ty.arrow(), true))),
-            Ty::Object(fields) => DataType::Struct(
-                fields
-                    .iter()
-                    .map(|(name, n)| Field::new(name, n.ty.arrow(), true))
-                    .collect(),
-            ),
+            Ty::Str | Ty::Json => DataType::Utf8,
+            Ty::List(item) => DataType::List(Arc::new(item.field("item"))),
+            Ty::Object(fields) => {
+                DataType::Struct(fields.iter().map(|(name, n)| n.field(name)).collect())
+            }
         }
     }
 }
@@ -320,9 +326,25 @@ struct Node {
     line: usize,
     file: String,
     present: u64,
+    /// For an object below the top level, how many keys the first one had: the others must
+    /// have the same keys, or the values are JSON ([`Ty::Json`]).
+    first_keys: Option<usize>,
 }
 
 impl Node {
+    /// The Arrow field `name` of this node's type (JSON text marked as the `arrow.json`
+    /// extension type).
+    fn field(&self, name: &str) -> arrow_schema::Field {
+        let f = arrow_schema::Field::new(name, self.ty.arrow(), true);
+        if matches!(self.ty, Ty::Json) {
+            let ext: std::collections::HashMap<String, String> =
+                [("ARROW:extension:name".to_string(), "arrow.json".to_string())].into();
+            f.with_metadata(ext)
+        } else {
+            f
+        }
+    }
+
     /// Adds the present counts of this node's object fields under `path` to `out`.
     fn present_into(&self, path: &str, out: &mut std::collections::HashMap<String, u64>) {
         if let Ty::Object(fields) = &self.ty {
@@ -338,8 +360,9 @@ impl Node {
         }
     }
 
-    /// Makes this node's kind `kind` (a number joins a number, null anything), or says why
-    /// it cannot.
+    /// Makes this node's kind `kind` (a number joins a number, null anything, and values of
+    /// other kinds make JSON values, as `datasets` reads them, below the top level), or says
+    /// why it cannot.
     fn join(&mut self, want: Ty, at: &At<'_>, path: &FieldPath<'_>) -> Result<(), String> {
         let same = std::mem::discriminant(&self.ty) == std::mem::discriminant(&want);
         match (&self.ty, &want) {
@@ -351,6 +374,7 @@ impl Node {
             (Ty::Int, Ty::Float) => self.ty = Ty::Float,
             (Ty::Float, Ty::Int) => {}
             _ if same => {}
+            (_, _) if !matches!(path, FieldPath::Root) => self.ty = Ty::Json,
             (have, _) => {
                 let whose = if self.file == at.file {
                     String::new()
@@ -437,6 +461,14 @@ impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_, '_> {
     type Value = ();
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if matches!(self.node.ty, Ty::Json) {
+            // Kept as text: only whether it is there counts.
+            let v: Option<serde::de::IgnoredAny> = serde::Deserialize::deserialize(d)?;
+            if v.is_some() && !self.listed {
+                self.node.present += 1;
+            }
+            return Ok(());
+        }
         d.deserialize_any(self)
     }
 }
@@ -525,11 +557,24 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_, '_> {
         } else if matches!(node.ty, Ty::Null) {
             node.ty = Ty::Object(Vec::new());
         }
+        if matches!(node.ty, Ty::Json) {
+            // A conflict made it JSON just now: the rest of the object is passed over.
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            return Ok(());
+        }
         let Ty::Object(fields) = &mut node.ty else {
             unreachable!("joined as an object")
         };
         let index = &mut node.index;
+        // Below the top level, every object must have the first one's keys (and it some).
+        let root = matches!(path, FieldPath::Root);
+        let first = node.first_keys;
+        let (mut keys, mut mixed) = (0usize, false);
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            keys += 1;
             // A few fields are searched in order; many (a hostile line of a million keys)
             // through a map, so a line costs time in proportion to its length.
             let found = if fields.len() <= FEW_FIELDS {
@@ -543,6 +588,7 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_, '_> {
             let i = match found {
                 Some(i) => i,
                 None => {
+                    mixed |= first.is_some();
                     fields.push((key.into_owned(), Node::default()));
                     fields.len() - 1
                 }
@@ -555,6 +601,18 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_, '_> {
                 listed,
                 path: &child_path,
             })?;
+        }
+        if !root {
+            match first {
+                None => {
+                    node.first_keys = Some(keys);
+                    mixed |= keys == 0;
+                }
+                Some(n) => mixed |= keys != n,
+            }
+            if mixed {
+                node.ty = Ty::Json;
+            }
         }
         Ok(())
     }
@@ -610,6 +668,174 @@ fn fields_in(dt: &arrow_schema::DataType) -> u64 {
     }
 }
 
+/// Where a schema's JSON-text fields ([`Ty::Json`]) are: at this place, or below it in an
+/// object's fields or a list's items.
+#[derive(Default)]
+struct JsonPaths {
+    here: bool,
+    fields: std::collections::HashMap<String, JsonPaths>,
+    items: Option<Box<JsonPaths>>,
+}
+
+impl JsonPaths {
+    /// The places of `fields` that hold JSON text, if any does.
+    fn of(fields: &arrow_schema::Fields) -> Option<JsonPaths> {
+        fn place(f: &arrow_schema::Field) -> Option<JsonPaths> {
+            use arrow_schema::DataType;
+            if crate::values::is_json(f) {
+                return Some(JsonPaths {
+                    here: true,
+                    ..Default::default()
+                });
+            }
+            match f.data_type() {
+                DataType::Struct(fields) => JsonPaths::of(fields),
+                DataType::List(item) => place(item).map(|p| JsonPaths {
+                    items: Some(Box::new(p)),
+                    ..Default::default()
+                }),
+                _ => None,
+            }
+        }
+        let fields: std::collections::HashMap<String, JsonPaths> = fields
+            .iter()
+            .filter_map(|f| place(f).map(|p| (f.name().clone(), p)))
+            .collect();
+        (!fields.is_empty()).then(|| JsonPaths {
+            fields,
+            ..Default::default()
+        })
+    }
+}
+
+/// Nothing below: a value copied as it is.
+static NO_JSON: std::sync::LazyLock<JsonPaths> = std::sync::LazyLock::new(JsonPaths::default);
+
+/// A line rewritten for Arrow's JSON decoder: the values at `paths` (JSON text fields) as
+/// JSON strings of their text, everything else as it was.
+struct Rewrite<'a> {
+    paths: &'a JsonPaths,
+    out: &'a mut Vec<u8>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Rewrite<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        use serde::de::Error as _;
+        let paths = self.paths;
+        if paths.here || (paths.fields.is_empty() && paths.items.is_none()) {
+            let raw: &'de serde_json::value::RawValue = serde::Deserialize::deserialize(d)?;
+            let text = raw.get();
+            if !paths.here || text == "null" {
+                self.out.extend_from_slice(text.as_bytes());
+            } else {
+                serde_json::to_writer(&mut *self.out, text).map_err(D::Error::custom)?;
+            }
+            return Ok(());
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Rewrite<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.out.extend_from_slice(b"null");
+        Ok(())
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        self.out
+            .extend_from_slice(if v { b"true".as_slice() } else { b"false" });
+        Ok(())
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        serde_json::to_writer(&mut *self.out, &v).map_err(E::custom)
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        serde_json::to_writer(&mut *self.out, &v).map_err(E::custom)
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        serde_json::to_writer(&mut *self.out, &v).map_err(E::custom)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        serde_json::to_writer(&mut *self.out, v).map_err(E::custom)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let items = self.paths.items.as_deref().unwrap_or(&NO_JSON);
+        self.out.push(b'[');
+        let mut first = true;
+        loop {
+            let mark = self.out.len();
+            if !first {
+                self.out.push(b',');
+            }
+            let more = seq.next_element_seed(Rewrite {
+                paths: items,
+                out: &mut *self.out,
+            })?;
+            if more.is_none() {
+                self.out.truncate(mark);
+                break;
+            }
+            first = false;
+        }
+        self.out.push(b']');
+        Ok(())
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        use serde::de::Error as _;
+        self.out.push(b'{');
+        let mut first = true;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if !first {
+                self.out.push(b',');
+            }
+            first = false;
+            serde_json::to_writer(&mut *self.out, key.as_ref()).map_err(A::Error::custom)?;
+            self.out.push(b':');
+            let paths = self.paths.fields.get(key.as_ref()).unwrap_or(&NO_JSON);
+            map.next_value_seed(Rewrite {
+                paths,
+                out: &mut *self.out,
+            })?;
+        }
+        self.out.push(b'}');
+        Ok(())
+    }
+}
+
+/// The lines `data` (the first is line `first`), each with the values of its JSON-text
+/// fields (`paths`) made JSON strings, for Arrow's JSON decoder; blank lines kept (so lines
+/// keep their numbers).
+fn with_json_text(data: &[u8], first: usize, paths: &JsonPaths) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(data.len() + data.len() / 4);
+    for (i, text) in data.split(|&b| b == b'\n').enumerate() {
+        let line = first + i;
+        if i > 0 {
+            out.push(b'\n');
+        }
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let mut de = serde_json::Deserializer::from_slice(text);
+        serde::de::DeserializeSeed::deserialize(
+            Rewrite {
+                paths,
+                out: &mut out,
+            },
+            &mut de,
+        )
+        .and_then(|()| de.end())
+        .map_err(|e| format!("line {line}: not JSON: {e}"))?;
+    }
+    Ok(out)
+}
+
 /// The lines `data` of `origin` (the first is line `first`) as one record batch of `schema`;
 /// an error names the first line that does not decode.
 fn piece(
@@ -619,6 +845,16 @@ fn piece(
     rows: u64,
     schema: &SchemaRef,
 ) -> Result<RecordBatch, Error> {
+    let rewritten;
+    let data = match JsonPaths::of(schema.fields()) {
+        Some(paths) => {
+            rewritten =
+                with_json_text(data, first, &paths).map_err(|e| Error::corrupt(origin, 0, e))?;
+            // Line for line (blank ones kept): errors below name the file's lines.
+            rewritten.as_slice()
+        }
+        None => data,
+    };
     let all = || -> Result<RecordBatch, arrow_schema::ArrowError> {
         let mut decoder = arrow_json::ReaderBuilder::new(schema.clone())
             .with_batch_size(rows.max(1) as usize)
@@ -647,10 +883,7 @@ fn piece(
             }
         });
         let why = match line {
-            Some((line, e)) => format!(
-                "line {line}: {e} (every value of a field must be of one type, as for \
-                 `datasets`' JSON loader)"
-            ),
+            Some((line, e)) => format!("line {line}: {e}"),
             None => format!("lines {first} on: {e}"),
         };
         Error::corrupt(origin, 0, why)
@@ -695,7 +928,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_lines_and_type_conflicts_name_the_file_and_line() {
+    fn bad_lines_name_the_file_and_line() {
         let e = src("{\"a\": 1}\n{\"a\": 2}\nnot json\n")
             .unwrap_err()
             .to_string();
@@ -705,21 +938,49 @@ mod tests {
         );
         let e = src("{\"a\": 1}\n[1, 2]\n").unwrap_err().to_string();
         assert!(e.contains("line 2: a JSON array, not an object"), "{e}");
-        let e = src("{\"a\": 1}\n{\"a\": 2}\n{\"a\": \"three\"}\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("a.jsonl") && e.contains("line 3"), "{e}");
-        let e = src("{\"a\": [1]}\n{\"a\": {\"b\": 2}}\n")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("a.jsonl") && e.contains("line 2"), "{e}");
-        let e = src("{\"m\": [{\"r\": \"a\"}]}\n{\"m\": [{\"r\": 1}]}\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("line 2: field \"m[].r\" is a number, but it is a string on line 1"),
-            "{e}"
+    }
+
+    /// Every value of column `c` of `s`'s rows, in order.
+    fn values(s: &ArrowSource, c: &str) -> Vec<Value> {
+        let pool = BufferPool::new(8);
+        let ids: Vec<u64> = (0..s.manifest().total_samples()).collect();
+        let cols = s.collate(&ids, &pool).unwrap().unwrap();
+        let Some((_, Column::Nested(rows))) = cols.iter().find(|(n, _)| n == c) else {
+            panic!("{c}: {cols:?}")
+        };
+        (0..rows.len()).map(|i| rows.value(i).unwrap()).collect()
+    }
+
+    #[test]
+    fn mixed_values_are_json_as_datasets_reads_them() {
+        // Values of conflicting types: each row's own value (datasets' `Json` feature).
+        let s = src("{\"a\": 1}\n{\"a\": \"three\"}\n{\"a\": [1, {\"b\": 2}]}\n{}\n").unwrap();
+        let got = values(&s, "a");
+        assert_eq!(got[0], Value::Int(1));
+        assert_eq!(got[1].as_str(), Some("three"));
+        assert_eq!(got[2], Value::from_json(br#"[1, {"b": 2}]"#).unwrap());
+        assert_eq!(got[3], Value::Null);
+        // Objects below the top level with other keys (a tool call on one message): each
+        // keeps its own keys, in order; the same keys everywhere stay a struct.
+        let text = concat!(
+            r#"{"m": [{"role": "user", "content": "hi"}, {"role": "assistant", "calls": [1]}]}"#,
+            "\n\n",
+            r#"{"m": [{"role": "user", "content": "x"}], "s": {"k": 1}}"#,
+            "\n",
         );
+        let s = src(text).unwrap();
+        let got = values(&s, "m");
+        let Value::List(first) = &got[0] else {
+            panic!("{got:?}")
+        };
+        assert_eq!(
+            first[1],
+            Value::from_json(br#"{"role": "assistant", "calls": [1]}"#).unwrap()
+        );
+        assert_eq!(first[0].get("content").and_then(Value::as_str), Some("hi"));
+        assert!(first[1].get("content").is_none(), "{:?}", first[1]);
+        let names: Vec<String> = s.columns().iter().map(|c| c.to_string()).collect();
+        assert_eq!(names, ["m", "s.k"]);
     }
 
     #[test]

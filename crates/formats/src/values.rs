@@ -16,6 +16,7 @@
 //! | `map` | [`Value::Map`]: its entries in order (pyarrow's `to_pylist` pairs) |
 //! | `union` (sparse, dense) | the value of the member the row selects |
 //! | `dictionary`, `run_end_encoded` | the value the row stands for |
+//! | the `arrow.json` extension (`datasets`' `Json` feature: JSON text) | the text parsed: objects as [`Value::Record`] (their own keys, in order), arrays as [`Value::List`], numbers, strings, `true`/`false`, `null` (what `datasets` decodes) |
 //!
 //! A [`Shape`] is made once per column and type (a record's keys are allocated there, once,
 //! not once per row), then [`Shape::value`] reads any row.
@@ -55,6 +56,43 @@ pub enum Shape {
     Values(Box<Shape>),
     /// A decimal read exactly, as its text ([`Build::decimal`]), not the nearest double.
     Decimal,
+    /// JSON text (a string column of the `arrow.json` extension type): each value parsed
+    /// ([`Build::json`]).
+    Json,
+}
+
+/// The extension name Arrow gives JSON text (`pa.json_()`, `datasets`' `Json` feature),
+/// in a field's `ARROW:extension:name` metadata.
+const JSON_EXTENSION: &str = "arrow.json";
+
+/// Whether `field` holds JSON text: a string field of the `arrow.json` extension type.
+pub(crate) fn is_json(field: &arrow_schema::Field) -> bool {
+    field
+        .metadata()
+        .get("ARROW:extension:name")
+        .is_some_and(|n| n == JSON_EXTENSION)
+        && matches!(
+            field.data_type(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        )
+}
+
+/// Whether `dt` has a field of JSON text anywhere inside it ([`is_json`]).
+pub(crate) fn holds_json(dt: &DataType) -> bool {
+    let inside = |f: &arrow_schema::FieldRef| is_json(f) || holds_json(f.data_type());
+    match dt {
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => inside(f),
+        DataType::Struct(fields) => fields.iter().any(inside),
+        DataType::Union(fields, _) => fields.iter().any(|(_, f)| inside(f)),
+        DataType::RunEndEncoded(_, v) => inside(v),
+        DataType::Dictionary(_, v) => holds_json(v),
+        _ => false,
+    }
 }
 
 /// Deepest nesting of types a column may have: Arrow files may declare types nested without
@@ -96,25 +134,25 @@ impl Shape {
     /// The shape of values of type `dt` (at most [`MAX_DEPTH`] deep: see [`depth`]), its
     /// decimals read as `decimals` says.
     pub(crate) fn read(dt: &DataType, decimals: crate::Decimals) -> Shape {
-        let of = |dt: &DataType| Shape::read(dt, decimals);
+        // A field's shape: JSON text where its metadata says so, else its type's.
+        let of = |f: &arrow_schema::Field| Shape::read_field(f, decimals);
         match dt {
             DataType::List(f)
             | DataType::LargeList(f)
             | DataType::ListView(f)
             | DataType::LargeListView(f)
-            | DataType::FixedSizeList(f, _) => Shape::List(Box::new(of(f.data_type()))),
+            | DataType::FixedSizeList(f, _) => Shape::List(Box::new(of(f))),
             DataType::Struct(fields) => Shape::Record(
                 fields
                     .iter()
                     .map(|f| Arc::from(f.name().as_str()))
                     .collect(),
-                fields.iter().map(|f| of(f.data_type())).collect(),
+                fields.iter().map(|f| of(f)).collect(),
             ),
             DataType::Map(entries, _) => match entries.data_type() {
-                DataType::Struct(kv) if kv.len() == 2 => Shape::Map(
-                    Box::new(of(kv[0].data_type())),
-                    Box::new(of(kv[1].data_type())),
-                ),
+                DataType::Struct(kv) if kv.len() == 2 => {
+                    Shape::Map(Box::new(of(&kv[0])), Box::new(of(&kv[1])))
+                }
                 _ => Shape::Leaf,
             },
             DataType::Union(fields, _) => {
@@ -123,13 +161,13 @@ impl Shape {
                 for (id, f) in fields.iter() {
                     if let Ok(id) = usize::try_from(id) {
                         places[id] = Some(shapes.len());
-                        shapes.push(of(f.data_type()));
+                        shapes.push(of(f));
                     }
                 }
                 Shape::Union(places, shapes)
             }
-            DataType::Dictionary(_, v) => Shape::Values(Box::new(of(v))),
-            DataType::RunEndEncoded(_, v) => Shape::Values(Box::new(of(v.data_type()))),
+            DataType::Dictionary(_, v) => Shape::Values(Box::new(Shape::read(v, decimals))),
+            DataType::RunEndEncoded(_, v) => Shape::Values(Box::new(of(v))),
             DataType::Decimal32(..)
             | DataType::Decimal64(..)
             | DataType::Decimal128(..)
@@ -139,6 +177,16 @@ impl Shape {
                 Shape::Decimal
             }
             _ => Shape::Leaf,
+        }
+    }
+
+    /// The shape of `field`'s values: [`Shape::Json`] for JSON text ([`is_json`]), else
+    /// [`Shape::read`] of its type.
+    pub(crate) fn read_field(field: &arrow_schema::Field, decimals: crate::Decimals) -> Shape {
+        if is_json(field) {
+            Shape::Json
+        } else {
+            Shape::read(field.data_type(), decimals)
         }
     }
 
@@ -246,6 +294,15 @@ impl Shape {
                 inner.build(values.as_ref(), at, b)?
             }
             (Shape::Decimal, dt) => b.decimal(&decimal_text(col, dt, row)?),
+            (Shape::Json, dt) => {
+                let text: &[u8] = match dt {
+                    DataType::Utf8 => col.as_string::<i32>().value(row).as_bytes(),
+                    DataType::LargeUtf8 => col.as_string::<i64>().value(row).as_bytes(),
+                    DataType::Utf8View => col.as_string_view().value(row).as_bytes(),
+                    other => return Err(format!("a JSON shape read a {other} array")),
+                };
+                b.json(text)?
+            }
             (_, dt) => leaf(col, dt, row, b)?,
         })
     }
@@ -302,6 +359,15 @@ pub trait Build {
     fn decimal(&mut self, text: &str) -> Self::Out {
         self.text(text.as_bytes())
     }
+    /// JSON text (a value of the `arrow.json` extension type), parsed: by default into a
+    /// [`Value`] ([`Value::from_json`]: keys in order, as `json.loads` keeps them), then made
+    /// with the other methods. Text that is not JSON is an error saying so.
+    fn json(&mut self, text: &[u8]) -> Result<Self::Out, String> {
+        let v = Value::from_json(text).map_err(|e| {
+            format!("a value of a JSON column (the arrow.json extension type) is not JSON: {e}")
+        })?;
+        Ok(made(self, v))
+    }
     /// UTF-8 text.
     fn text(&mut self, v: &[u8]) -> Self::Out;
     /// Bytes.
@@ -318,6 +384,45 @@ pub trait Build {
     fn map(&mut self, n: usize) -> Self::Out;
     /// Entry `i` of `map`.
     fn entry(&mut self, map: &mut Self::Out, i: usize, k: Self::Out, v: Self::Out);
+}
+
+/// `v` made by `b` (the values [`Value::from_json`] gives: no arrays).
+fn made<B: Build + ?Sized>(b: &mut B, v: Value) -> B::Out {
+    match v {
+        Value::Null => b.null(),
+        Value::Bool(x) => b.bool(x),
+        Value::Int(x) => b.int(x),
+        Value::UInt(x) => b.uint(x),
+        Value::Float(x) => b.float(x),
+        Value::Text(t) => b.text(&t),
+        Value::Bytes(t) => b.bytes(&t),
+        Value::List(items) => {
+            let mut list = b.list(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                let item = made(b, item);
+                b.item(&mut list, i, item);
+            }
+            list
+        }
+        Value::Record(keys, values) => {
+            let mut record = b.record(&keys);
+            for (i, item) in values.into_iter().enumerate() {
+                let item = made(b, item);
+                b.field(&mut record, &keys, i, item);
+            }
+            record
+        }
+        Value::Map(entries) => {
+            let mut map = b.map(entries.len());
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                let (k, v) = (made(b, k), made(b, v));
+                b.entry(&mut map, i, k, v);
+            }
+            map
+        }
+        // JSON has no n-dimensional arrays (nor any other value).
+        _ => b.null(),
+    }
 }
 
 /// [`Build`]ing [`Value`]s.
