@@ -292,6 +292,24 @@ def test_columns_without_buffers_in_ipc(tmp_path, kind):
                 [v for v in want if v is not None], name
 
 
+def test_repeated_column_and_field_names(tmp_path):
+    """Arrow allows two columns of one name and struct fields without names (pyarrow reads
+    them): the second column gets `_1`; a struct whose fields' names repeat is read whole,
+    a dict a row (the last of a repeated key wins, as building a dict does)."""
+    a = pa.array([1, 2, 3], pa.int8())
+    b = pa.array([10, None, 30], pa.int32())
+    s = pa.StructArray.from_arrays([pa.array([7, 8, 9]), pa.array(["p", "q", None])],
+                                   names=["", ""])
+    tbl = pa.Table.from_arrays([a, b, s], names=["x", "x", "s"])
+    path = tmp_path / "dupes.arrow"
+    with ipc.new_file(path, tbl.schema) as w:
+        w.write_table(tbl)
+    rows = all_rows(chute.Loader(chute.arrow(path), batch_size=2))
+    assert rows["x"] == [1, 2, 3]
+    assert [v if ok else None for v, ok in zip(rows["x_1"], rows["x_1_valid"])] == [10, None, 30]
+    assert rows["s"] == [{"": "p"}, {"": "q"}, {"": None}]
+
+
 datasets = pytest.importorskip("datasets")
 
 

@@ -393,3 +393,17 @@ def test_the_collector_is_paused_only_while_nested_values_are_made():
         assert not gc.isenabled()  # a collector the user paused stays paused
     finally:
         gc.enable()
+
+
+def test_json_text_that_is_not_json_is_named_or_skipped(tmp_path):
+    """A value of a JSON column (pa.json_()) that is not JSON: an error naming the file, the
+    column and the row; with on_error="skip" the row is replaced, as any failed sample."""
+    xs = pa.ExtensionArray.from_storage(pa.json_(), pa.array(['{"a": 1}', "{oops", "[1]"]))
+    path = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"x": xs, "i": pa.array([0, 1, 2])}), path)
+    with pytest.raises(chute.CorruptDataError, match=r'bad\.parquet.*column "x", row 1.* not JSON'):
+        list(chute.Loader(chute.parquet(path), batch_size=3))
+    loader = chute.Loader(chute.parquet(path), batch_size=3, on_error="skip")
+    (batch,) = list(loader)
+    assert batch["x"] == [{"a": 1}, [1], [1]] and list(batch["i"]) == [0, 2, 2]
+    assert loader.stats()["skipped"] == 1

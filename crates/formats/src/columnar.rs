@@ -493,9 +493,16 @@ impl Table {
 }
 
 /// Whether a field is a struct read as its leaves (not a Hugging Face `struct<bytes, ...>`,
-/// which is read as its bytes).
+/// which is read as its bytes, nor a struct whose fields' names repeat, such as unnamed
+/// ones, which paths cannot tell apart: read whole, a record a row).
 fn flattens(field: &ArrowField) -> bool {
-    matches!(field.data_type(), DataType::Struct(f) if !f.is_empty())
+    let DataType::Struct(f) = field.data_type() else {
+        return false;
+    };
+    let mut names: Vec<&str> = f.iter().map(|c| c.name().as_str()).collect();
+    names.sort_unstable();
+    !f.is_empty()
+        && names.windows(2).all(|w| w[0] != w[1])
         && bytes_child(field.data_type()).is_none()
 }
 
@@ -669,6 +676,7 @@ impl Projected {
             projected.kinds.push(kind);
             projected.types.push(dt.clone());
         }
+        dedupe(&mut projected.names);
         projected.roots = Roots::of(&projected.places);
         Ok(projected)
     }
@@ -722,6 +730,23 @@ impl Projected {
             ),
         )
         .into())
+    }
+}
+
+/// Makes `names` distinct, as a batch's fields must be: a name met again (Arrow allows two
+/// columns of one name, and struct fields without names) gets `_1`, `_2`... (the first
+/// number that makes it new); the first keeps its name.
+fn dedupe(names: &mut [String]) {
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    for name in names.iter_mut() {
+        if !seen.insert(name.clone()) {
+            let mut k = 1;
+            while seen.contains(&format!("{name}_{k}")) {
+                k += 1;
+            }
+            *name = format!("{name}_{k}");
+            seen.insert(name.clone());
+        }
     }
 }
 
@@ -1278,6 +1303,15 @@ fn gather(
             &Out::Column(c) if kinds[c] == Kind::Nested => {
                 nulls(c)?;
                 let shape = table.shapes[c].clone().expect("a nested column's shape");
+                // JSON text is parsed as it is handed over: text that is not JSON is found
+                // here, an error naming the row, not a failure on the training thread.
+                if shape.has_json() {
+                    for &(p, row) in rows {
+                        if let Err(why) = shape.value(parts[p][c].as_ref(), row) {
+                            return Err(fail(p, row, c, Some(why)));
+                        }
+                    }
+                }
                 // The rows stay in the parts' arrays; consumers read them from there.
                 let rows = crate::values::ArrowRows::new(
                     parts.iter().map(|part| part[c].clone()).collect(),

@@ -190,6 +190,19 @@ impl Shape {
         }
     }
 
+    /// Whether JSON text ([`Shape::Json`]) lies anywhere in this shape.
+    pub(crate) fn has_json(&self) -> bool {
+        match self {
+            Shape::Json => true,
+            Shape::Leaf | Shape::Decimal => false,
+            Shape::List(inner) | Shape::Values(inner) => inner.has_json(),
+            Shape::Record(_, shapes) | Shape::Union(_, shapes) => {
+                shapes.iter().any(Shape::has_json)
+            }
+            Shape::Map(k, v) => k.has_json() || v.has_json(),
+        }
+    }
+
     /// Row `row` of `col` (an array of this shape's type, validated) as a value; an error
     /// names what the array holds that this reader does not know.
     pub fn value(&self, col: &dyn Array, row: usize) -> Result<Value, String> {

@@ -150,7 +150,12 @@ impl Job {
         if self.transform.is_none()
             && let Some(batch) = self.build_columnar(lo, hi)
         {
-            return batch;
+            match batch {
+                // A row the columnar path cannot convert: with `on_error="skip"` the batch is
+                // read again sample by sample, where the failing samples are replaced.
+                Err(Error::Corrupt { .. }) if self.on_error == OnError::Skip => {}
+                batch => return batch,
+            }
         }
         let mut ids = Vec::with_capacity((hi - lo) as usize);
         let mut samples: Vec<Sample> = Vec::with_capacity((hi - lo) as usize);
