@@ -122,7 +122,13 @@ pub(crate) fn describe(dt: &DataType) -> Option<String> {
         | DataType::Struct(_)
         | DataType::Map(..)
         | DataType::Union(..)
-        | DataType::RunEndEncoded(..) => dt.to_string(),
+        | DataType::RunEndEncoded(..) => dt
+            .to_string()
+            // JSON text fields (their extension in their metadata) named for what they hold.
+            .replace(
+                r#"Utf8, metadata: {"ARROW:extension:name": "arrow.json"}"#,
+                "json",
+            ),
         _ => return None,
     })
 }

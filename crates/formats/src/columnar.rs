@@ -370,9 +370,13 @@ impl Table {
             .iter()
             .zip(&self.types)
             .zip(&self.codes)
-            .filter(|((name, _), _)| out.contains(*name))
-            .filter_map(|((name, dt), codes)| {
-                let source = arrow_types::describe(dt)?;
+            .zip(&self.shapes)
+            .filter(|(((name, _), _), _)| out.contains(*name))
+            .filter_map(|(((name, dt), codes), shape)| {
+                let source = match shape.as_deref() {
+                    Some(Shape::Json) => "json".to_string(),
+                    _ => arrow_types::describe(dt)?,
+                };
                 Some(match codes {
                     Some(codes) => chute_core::ColumnType {
                         name: name.clone(),
