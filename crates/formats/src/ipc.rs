@@ -785,6 +785,7 @@ fn scan(origin: &str, data: &Buffer, file: usize) -> Result<Scanned, Error> {
         let schema = footer
             .schema()
             .ok_or_else(|| malformed(origin, footer_start, "the footer has no schema"))?;
+        native_endian(origin, footer_start, schema)?;
         let schema = arrow_ipc::convert::try_fb_to_schema(schema)
             .map_err(|e| malformed(origin, footer_start, e))?;
         walk(
@@ -909,6 +910,25 @@ fn nulls_in(
         .collect()
 }
 
+/// Refuses a schema whose buffers are big-endian (a file written on a big-endian machine):
+/// Arrow's Rust reader takes their bytes as they are, which would give wrong numbers.
+fn native_endian(origin: &str, at: usize, schema: arrow_ipc::Schema<'_>) -> Result<(), Error> {
+    let big = schema.endianness() == arrow_ipc::Endianness::Big;
+    if big == cfg!(target_endian = "big") {
+        return Ok(());
+    }
+    Err(Error::corrupt_as(
+        Corruption::Unsupported,
+        origin,
+        at as u64,
+        "its buffers are big-endian (written on a big-endian machine), and chute reads Arrow \
+         IPC in this machine's byte order; rewrite it here with pyarrow, which swaps the bytes \
+         as it reads (pyarrow.feather.write_feather(pyarrow.ipc.open_file(path).read_all(), \
+         new_path))"
+            .to_string(),
+    ))
+}
+
 /// Whether a column of type `dt` has buffers that grow with its rows (offsets, values,
 /// type ids, keys): all but the null type, run-end encoding (its runs may be few), and
 /// structs and fixed-size lists of only those.
@@ -969,6 +989,7 @@ fn walk(
         match message.header_type() {
             MessageHeader::Schema => {
                 let fb = message.header_as_schema().expect("a schema header");
+                native_endian(origin, start, fb)?;
                 let s = arrow_ipc::convert::try_fb_to_schema(fb)
                     .map_err(|e| malformed(origin, start, e))?;
                 if schema.is_none() {
@@ -1683,6 +1704,53 @@ mod tests {
             .to_string();
         assert!(
             e.contains("huge.arrows") && e.contains("rows in 0 bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn big_endian_files_are_refused_naming_the_fix() {
+        // Arrow's writers write this machine's byte order: the schema message of a stream
+        // written on a big-endian machine, made here.
+        use arrow_ipc::{Endianness, MessageHeader, MetadataVersion};
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let fields = fbb.create_vector::<flatbuffers::WIPOffset<arrow_ipc::Field>>(&[]);
+        let schema = arrow_ipc::Schema::create(
+            &mut fbb,
+            &arrow_ipc::SchemaArgs {
+                endianness: Endianness::Big,
+                fields: Some(fields),
+                custom_metadata: None,
+                features: None,
+            },
+        );
+        let message = arrow_ipc::Message::create(
+            &mut fbb,
+            &arrow_ipc::MessageArgs {
+                version: MetadataVersion::V5,
+                header_type: MessageHeader::Schema,
+                header: Some(schema.as_union_value()),
+                bodyLength: 0,
+                custom_metadata: None,
+            },
+        );
+        fbb.finish(message, None);
+        let meta = fbb.finished_data();
+        let padded = meta.len().div_ceil(8) * 8;
+        let mut out = Vec::new();
+        out.extend(0xFFFF_FFFFu32.to_le_bytes());
+        out.extend((padded as u32).to_le_bytes());
+        out.extend(meta);
+        out.resize(8 + padded, 0);
+        out.extend(0xFFFF_FFFFu32.to_le_bytes());
+        out.extend(0u32.to_le_bytes());
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_file(dir.path(), "big.arrows", &out);
+        let e = ArrowSource::open(&[&p], ArrowOptions::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("big.arrows") && e.contains("big-endian") && e.contains("pyarrow"),
             "{e}"
         );
     }
