@@ -11,9 +11,10 @@
 //! from a line null there; and as `datasets` 5's default (`on_mixed_types="use_json"`), JSON
 //! values (the `arrow.json` extension type: each row's value kept as its text, parsed when
 //! read) where a field's values are of different kinds, or where objects below the top level
-//! do not all have the same keys (a chat's messages where only some carry `tool_calls`). The lines are cut into pieces of about 4 MiB, each decoded into a
-//! record batch when first read (on the loader's workers, in parallel): every row is in
-//! memory, so a global shuffle, an exact rank split and a resume read any row. A line that
+//! do not all have the same keys (a chat's messages where only some carry `tool_calls`).
+//! The lines are cut into pieces of about 4 MiB, each decoded into a record batch when first
+//! read (on the loader's workers, in parallel): every row is in memory, so a global shuffle,
+//! an exact rank split and a resume read any row. A line that
 //! is not JSON, or not an object, is an error naming the file and the line.
 
 use std::io::Read;
@@ -524,7 +525,9 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_, '_> {
         }
         .join::<A::Error>(Ty::List(Box::default()))?;
         let Ty::List(item) = &mut node.ty else {
-            unreachable!("joined as a list")
+            // A conflict made it JSON just now: the rest of the array is passed over.
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            return Ok(());
         };
         let inner = FieldPath::Item(path);
         while seq
@@ -955,6 +958,27 @@ mod tests {
     fn mixed_values_are_json_as_datasets_reads_them() {
         // Values of conflicting types: each row's own value (datasets' `Json` feature).
         let s = src("{\"a\": 1}\n{\"a\": \"three\"}\n{\"a\": [1, {\"b\": 2}]}\n{}\n").unwrap();
+        // A conflict met on an array or an object (its rest passed over), in either order.
+        for text in [
+            "{\"a\": 1}\n{\"a\": [1, [2]]}\n",
+            "{\"a\": 1}\n{\"a\": {\"b\": [1]}}\n",
+            "{\"a\": [1]}\n{\"a\": {\"b\": 2}}\n{\"a\": \"x\"}\n",
+            "{\"m\": [{\"r\": 1}, 2, [3]]}\n",
+        ] {
+            let s = src(text).unwrap();
+            let c = s.columns()[0].to_string();
+            let got = values(&s, &c);
+            let want: Vec<Value> = text
+                .lines()
+                .map(|l| {
+                    let Value::Record(_, v) = Value::from_json(l.as_bytes()).unwrap() else {
+                        panic!()
+                    };
+                    v[0].clone()
+                })
+                .collect();
+            assert_eq!(got, want, "{text}");
+        }
         let got = values(&s, "a");
         assert_eq!(got[0], Value::Int(1));
         assert_eq!(got[1].as_str(), Some("three"));
