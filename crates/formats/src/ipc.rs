@@ -1714,7 +1714,7 @@ mod tests {
         // written on a big-endian machine, made here.
         use arrow_ipc::{Endianness, MessageHeader, MetadataVersion};
         let mut fbb = flatbuffers::FlatBufferBuilder::new();
-        let fields = fbb.create_vector::<flatbuffers::WIPOffset<arrow_ipc::Field>>(&[]);
+        let fields = fbb.create_vector::<flatbuffers::WIPOffset<arrow_ipc::Field<'_>>>(&[]);
         let schema = arrow_ipc::Schema::create(
             &mut fbb,
             &arrow_ipc::SchemaArgs {
