@@ -11,7 +11,8 @@ second (Parquet keeps the decoded data, `cache_bytes`; Arrow's record batches st
 the median of `--rounds` interleaved rounds (page cache warm: each file is read right before
 its run),
 and the ratio with nulls to without; and, to tell what the masks cost as columns from what the
-nulls cost, a third file of 34 columns (17 more float32) without nulls. Needs pyarrow, numpy.
+nulls cost, a third file of 34 columns (17 more float32) without nulls; and the nulls' files
+read with `nulls="fill"` (filled, no masks). Needs pyarrow, numpy.
 """
 
 import argparse
@@ -49,7 +50,7 @@ def main():
     # column count alone costs.
     wide = pa.table({**cols, **{f"g{k}": rng.standard_normal(args.rows, dtype=np.float32)
                                 for k in range(17)}})
-    names = ("dense", "nulls", "wide")
+    names = ("dense", "nulls", "wide", "filled")
     files = {}
     for name, tbl in (("dense", dense), ("nulls", holed), ("wide", wide)):
         files[("parquet", name)] = tmp / f"{name}.parquet"
@@ -57,13 +58,17 @@ def main():
         files[("arrow", name)] = tmp / f"{name}.arrow"
         feather.write_feather(tbl, files[("arrow", name)], compression="uncompressed",
                               chunksize=131072)
+    for fmt in ("parquet", "arrow"):  # the nulls' files read with nulls="fill": no masks
+        files[(fmt, "filled")] = files[(fmt, "nulls")]
     for p in files.values():
         p.read_bytes()
 
     def epoch(fmt, name, shuffle):
         path = files[(fmt, name)]
         path.read_bytes()  # the page cache warmed right before each side
-        src = chute.parquet(path, cache_bytes=1 << 31) if fmt == "parquet" else chute.arrow(path)
+        nulls = "fill" if name == "filled" else "mask"
+        src = (chute.parquet(path, cache_bytes=1 << 31, nulls=nulls) if fmt == "parquet"
+               else chute.arrow(path, nulls=nulls))
         loader = chute.Loader(src, batch_size=args.batch, shuffle=shuffle, seed=1,
                               num_workers=2)
         out = []
@@ -84,12 +89,13 @@ def main():
                 runs[(c, name)].append(epoch(c[0], name, c[1]))
     for fmt, shuffle in cases:
         for e, which in enumerate(("first epoch", "later epoch")):
-            d, h, w = (statistics.median(r[e] for r in runs[((fmt, shuffle), name)])
-                       for name in names)
+            d, h, w, f = (statistics.median(r[e] for r in runs[((fmt, shuffle), name)])
+                          for name in names)
             order = "shuffle" if shuffle else "file order"
             print(f"{fmt:8s} {order:10s} {which:11s} no nulls {d / 1e6:6.2f} M rows/s   "
                   f"{args.holes:.0%} nulls {h / 1e6:6.2f} M rows/s   ratio {h / d:.2f}   "
-                  f"34 columns, no nulls {w / 1e6:6.2f} M rows/s   ratio {w / d:.2f}",
+                  f"34 columns, no nulls {w / 1e6:6.2f} M rows/s   ratio {w / d:.2f}   "
+                  f"nulls=\"fill\" {f / 1e6:6.2f} M rows/s   ratio {f / d:.2f}",
                   flush=True)
 
 

@@ -346,8 +346,10 @@ def parquet(
     ``nulls="mask"`` (the default): a column that holds nulls (as the files' metadata says)
     has its null slots filled (``fill_null`` for numbers, else NaN for floats and 0 for
     integers; false, empty bytes, text and lists) and a ``<name>_valid`` bool column, true
-    where a value is present, in every batch; ``nulls="raise"``: a null is an error naming the
-    file, the column and the row. A struct column is read as its leaves, a column each named
+    where a value is present, in every batch; ``nulls="fill"``: the slots filled the same way
+    and no ``_valid`` column (pandas' ``fillna``: temporal columns then hold the fill's count,
+    not ``NaT``); ``nulls="raise"``: a null is an error naming the file, the column and the
+    row. A struct column is read as its leaves, a column each named
     by its path (``meta.a``; ``columns=["meta.a"]`` selects one, ``columns=["meta"]`` all of
     them), or whole with ``structs="record"`` (a dict a row). Lists of strings or structs,
     lists of lists, maps and unions are nested values: a Python list a batch of lists, dicts

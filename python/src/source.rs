@@ -711,7 +711,7 @@ pub(crate) fn arrow_table(
     })
 }
 
-/// A `nulls` argument: `"mask"` or `"raise"`.
+/// A `nulls` argument: `"mask"`, `"fill"` or `"raise"`.
 fn nulls(s: &str) -> PyResult<chute::formats::Nulls> {
     chute::formats::Nulls::parse(s)
         .map_err(|why| errors::from_config(chute::ConfigError::new("nulls", why)))

@@ -268,6 +268,39 @@ def test_null_fill_and_raise(tmp_path):
     assert len(chute.parquet(path, nulls="raise")) == 2
 
 
+def test_nulls_fill_without_masks(tmp_path):
+    """nulls="fill": the slots filled as with masks (pyarrow's fill_null gives the same
+    numbers), no `_valid` column, in Parquet, Arrow IPC and a table in memory; and a state
+    saved under one policy is refused under the other (other fields)."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    tbl = pa.table({"x": pa.array([1.5, None, 2.5, None], pa.float32()),
+                    "k": pa.array([None, 4, 5, 6], pa.int64()),
+                    "s": pa.array(["a", None, "c", "d"]),
+                    "dense": pa.array([1, 2, 3, 4], pa.int32())})
+    pq.write_table(tbl, tmp_path / "t.parquet")
+    with ipc.new_file(tmp_path / "t.arrow", tbl.schema) as w:
+        w.write_table(tbl, max_chunksize=3)
+    sources = [chute.parquet(tmp_path / "t.parquet", nulls="fill", fill_null=-7),
+               chute.arrow(tmp_path / "t.arrow", nulls="fill", fill_null=-7)]
+    sources.append(chute.arrow(tbl, nulls="fill", fill_null=-7))  # a table in memory
+    for src in sources:
+        b = next(iter(chute.Loader(src, batch_size=4)))
+        assert sorted(b) == ["dense", "k", "s", "x"], src
+        assert b["x"].tolist() == tbl["x"].fill_null(-7.0).to_pylist()
+        assert b["k"].tolist() == tbl["k"].fill_null(-7).to_pylist()
+        assert b["dense"].tolist() == [1, 2, 3, 4]
+        assert list(b["s"]) in (["a", "", "c", "d"], [b"a", b"", b"c", b"d"])
+    masked = chute.Loader(chute.arrow(tmp_path / "t.arrow"), batch_size=2)
+    it = iter(masked)
+    next(it)
+    state = masked.state_dict()
+    filled = chute.Loader(sources[1], batch_size=2)
+    with pytest.raises(chute.StateError, match="fingerprint"):
+        filled.load_state_dict(state)
+    with pytest.raises(chute.ConfigError, match="fill"):
+        chute.arrow(tmp_path / "t.arrow", nulls="zero")
+
+
 @pytest.mark.parametrize("kind", ["file", "stream"])
 def test_columns_without_buffers_in_ipc(tmp_path, kind):
     """Columns whose record batches hold no buffer a row (the null type, run-end encoding),

@@ -50,7 +50,8 @@ pub(crate) struct DatasetArgs {
     #[arg(long, value_parser = parse_stack)]
     pub(crate) stack: Vec<(String, Vec<String>)>,
     /// Parquet and Arrow: what a null does: mask (its slot filled, and a <name>_valid bool
-    /// column, true where a value is present, for each column that holds nulls) or raise.
+    /// column, true where a value is present, for each column that holds nulls), fill (its
+    /// slot filled, no mask) or raise.
     #[arg(long, default_value = "mask", value_parser = chute::formats::Nulls::parse)]
     pub(crate) nulls: chute::formats::Nulls,
     /// Parquet and Arrow: the number null slots of numeric columns get [default: NaN for

@@ -28,7 +28,7 @@ pub struct OpenOptions {
     /// Parquet and Arrow: columns stacked into one `[B, k]` column (see [`Stack`]).
     pub stack: Stack,
     /// Parquet and Arrow: what a null does (filled, with a `<name>_valid` column, by
-    /// default; or an error).
+    /// default; filled without one; or an error).
     pub nulls: Nulls,
     /// Parquet and Arrow: what null slots are filled with.
     pub fill_null: Fill,

@@ -820,4 +820,30 @@ mod tests {
             "{err}"
         );
     }
+
+    #[test]
+    fn a_source_fills_nulls_without_masks_when_asked() {
+        let src = source(Nulls::Fill).unwrap();
+        let batch = src
+            .collate(&[3, 1, 2, 0], &BufferPool::new(4))
+            .unwrap()
+            .unwrap();
+        let names: Vec<&str> = batch.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["x", "n", "s"]);
+        let x = batch[0].1.as_tensor().unwrap().as_slice::<f32>().unwrap();
+        assert!(x[0].is_nan() && x[1].is_nan() && x[2] == 3.0 && x[3] == 1.0);
+        let Column::Var(s) = &batch[2].1 else {
+            panic!()
+        };
+        assert_eq!((s.get(0), s.get(2)), (&b"d"[..], &b""[..]));
+        let one = src.read(2).unwrap();
+        let names: Vec<&str> = one.fields.iter().map(|(n, _)| n.as_ref()).collect();
+        assert_eq!(names, ["x", "n", "s"]);
+        // Other fields than the masked reading's: another fingerprint.
+        let masked = source(Nulls::Mask).unwrap();
+        assert_ne!(
+            src.manifest().fingerprint(),
+            masked.manifest().fingerprint()
+        );
+    }
 }

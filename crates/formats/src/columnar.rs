@@ -263,11 +263,12 @@ pub(crate) fn add_nulls(nulls: &mut Vec<bool>, holes: impl IntoIterator<Item = b
     }
 }
 
-/// Which columns get a `<name>_valid` column: those that hold `nulls`, unless they raise.
+/// Which columns have their nulls filled: those that hold `nulls`, unless they raise (under
+/// [`crate::Nulls::Mask`] each also gets a `<name>_valid` column: see [`Layout::valid`]).
 pub(crate) fn masked(nulls: &[bool], policy: crate::Nulls) -> Vec<bool> {
     nulls
         .iter()
-        .map(|&n| n && policy == crate::Nulls::Mask)
+        .map(|&n| n && policy != crate::Nulls::Raise)
         .collect()
 }
 
@@ -306,13 +307,15 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    /// The columns `projected` (of `origin`) laid out with `stack`; those `masked` get a
-    /// `<name>_valid` column and their nulls filled with `fill`.
+    /// The columns `projected` (of `origin`) laid out with `stack`; those `masked` get their
+    /// nulls filled with `fill` and, under `nulls`' [`crate::Nulls::Mask`], a `<name>_valid`
+    /// column.
     pub(crate) fn new(
         projected: Projected,
         stack: &Stack,
         origin: &str,
         masked: Vec<bool>,
+        nulls: crate::Nulls,
         fill: Fill,
     ) -> Result<Table, Error> {
         let Projected {
@@ -326,7 +329,8 @@ impl Table {
             json,
             ..
         } = projected;
-        let layout = Layout::new(&names, &kinds, stack, origin, masked)?;
+        let valid = nulls == crate::Nulls::Mask;
+        let layout = Layout::new(&names, &kinds, stack, origin, masked, valid)?;
         let shapes = kinds
             .iter()
             .zip(&types)
@@ -433,8 +437,10 @@ impl Table {
             .collect();
         if !masked.is_empty() {
             let fill = self.fill.number.map_or("default".into(), |x| x.to_string());
+            // Filled without masks, the batches have other fields: another fingerprint.
+            let key = if self.layout.valid { "valid" } else { "filled" };
             manifest = manifest
-                .with_param("valid", masked.join(","))
+                .with_param(key, masked.join(","))
                 .with_param("fill_null", fill);
         }
         if !stack.is_empty() {
@@ -1030,8 +1036,11 @@ pub(crate) enum Out {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub(crate) outs: Vec<Out>,
-    /// Per projected column: whether its nulls are filled, with an [`Out::Valid`].
+    /// Per projected column: whether its nulls are filled.
     pub(crate) masked: Vec<bool>,
+    /// Whether each filled column has an [`Out::Valid`] ([`crate::Nulls::Mask`]) or not
+    /// ([`crate::Nulls::Fill`]).
+    pub(crate) valid: bool,
 }
 
 impl Layout {
@@ -1042,6 +1051,7 @@ impl Layout {
         stack: &Stack,
         origin: &str,
         masked: Vec<bool>,
+        valid: bool,
     ) -> Result<Layout, Error> {
         let bad = |why: String| -> Error { ConfigError::new("stack", why).into() };
         let mut group_of: Vec<Option<usize>> = vec![None; names.len()];
@@ -1105,8 +1115,14 @@ impl Layout {
                 Some(s) => outs.extend(stacked[*s].take()),
             }
         }
-        outs.extend((0..names.len()).filter(|&c| masked[c]).map(Out::Valid));
-        let layout = Layout { outs, masked };
+        if valid {
+            outs.extend((0..names.len()).filter(|&c| masked[c]).map(Out::Valid));
+        }
+        let layout = Layout {
+            outs,
+            masked,
+            valid,
+        };
         let mut seen = std::collections::HashSet::new();
         for name in layout.names(names) {
             if seen.contains(&name) {

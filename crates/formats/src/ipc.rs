@@ -464,7 +464,7 @@ impl ArrowSource {
         }
         let (stack, fill) = (&options.stack, options.fill_null);
         let masked = columnar::masked(&nulls, options.nulls);
-        let table = Table::new(projected, stack, &origin, masked, fill)?;
+        let table = Table::new(projected, stack, &origin, masked, options.nulls, fill)?;
         let manifest = table.manifest(crate::Format::Arrow, shards, &options.stack);
         let len = manifest.total_samples();
         Ok(ArrowSource {

@@ -27,17 +27,21 @@ pub enum Nulls {
     Mask,
     /// A null is an error naming the file, the column and the row.
     Raise,
+    /// Null slots get the [`Fill`]'s value and no `<name>_valid` column marks them (pandas'
+    /// `fillna`): where a null and a value of the fill need not be told apart.
+    Fill,
 }
 
 impl Nulls {
-    /// `"mask"` or `"raise"`.
+    /// `"mask"`, `"raise"` or `"fill"`.
     pub fn parse(s: &str) -> Result<Nulls, String> {
         match s {
             "mask" => Ok(Nulls::Mask),
             "raise" => Ok(Nulls::Raise),
+            "fill" => Ok(Nulls::Fill),
             other => Err(format!(
-                "{other:?}; pass \"mask\" (fill them, with a <name>_valid column) or \
-                 \"raise\""
+                "{other:?}; pass \"mask\" (fill them, with a <name>_valid column), \
+                 \"fill\" (fill them, no mask) or \"raise\""
             )),
         }
     }

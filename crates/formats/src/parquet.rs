@@ -70,7 +70,8 @@ pub struct ParquetOptions {
     pub chunk_rows: Option<usize>,
     /// Columns stacked into one `[B, k]` column (see [`Stack`]).
     pub stack: Stack,
-    /// What a null does: filled, with a `<name>_valid` column (the default), or an error.
+    /// What a null does: filled, with a `<name>_valid` column (the default), filled without
+    /// one, or an error.
     pub nulls: crate::Nulls,
     /// What null slots are filled with (see [`Fill`](crate::Fill)).
     pub fill_null: crate::Fill,
@@ -466,7 +467,7 @@ impl ParquetSource {
         let (origin, projected) = first.expect("at least one file");
         let (stack, fill) = (&options.stack, options.fill_null);
         let masked = columnar::masked(&nulls, options.nulls);
-        let table = Table::new(projected, stack, &origin, masked, fill)?;
+        let table = Table::new(projected, stack, &origin, masked, options.nulls, fill)?;
         let avg = (total_decoded.max(1) / pieces.len().max(1) as u64) as usize;
         let cache_bytes = options.cache_bytes.unwrap_or(DEFAULT_CACHE_BYTES);
         let cache_pieces = (cache_bytes / avg.max(1)).max(8);
