@@ -9,7 +9,8 @@
 //!   state, stats, epochs. Polls the engine with the GIL released and checks for Ctrl-C
 //!   between polls; rebuilds its threads after `fork()`.
 //! - `Tensor` (`tensor.rs`): one batch column, owning chute's pooled buffer, exposed
-//!   without copies through `__array_interface__` (numpy) and `__dlpack__` (`dlpack.rs`).
+//!   without copies through `__array_interface__` (numpy) and `__dlpack__` (`dlpack.rs`);
+//!   the loader's numpy output makes the same arrays through numpy's C API (`ndarray.rs`).
 //! - `Source` (`source.rs`): an opened dataset (`dataset` for any format, `tokens`,
 //!   `webdataset`, `tfrecord`, `parquet`; `arrow_table` for Arrow data in memory through the
 //!   C stream interface); shards may be URLs.
@@ -32,6 +33,7 @@ mod loader;
 mod map_dataset;
 mod megatron;
 mod mix;
+mod ndarray;
 mod process_workers;
 mod remote;
 mod source;

@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyString, PyTuple};
 
-use crate::{dlpack, errors};
+use crate::{dlpack, errors, ndarray};
 
 /// One batch column: a C-contiguous array in chute's 64-byte-aligned pooled buffer.
 ///
@@ -153,6 +153,24 @@ impl Tensor {
 /// Batch columns as `{name: array}`: fixed-shape columns as `chute.Tensor`s handed through
 /// `output` (numpy, torch, JAX), variable-length columns as `list[bytes]` / `list[str]`, arrays
 /// of differing shapes as a list of arrays, a `collate_fn`'s result as itself.
+/// Column `t` as the consumer gets it: through `output` (or as the `Tensor` itself); a numpy
+/// array made directly where `output` is `numpy.asarray` (`asarray`) and numpy has the dtype.
+fn handed<'py>(
+    py: Python<'py>,
+    t: chute::Tensor,
+    output: Option<&Py<PyAny>>,
+    asarray: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let t = Bound::new(py, Tensor::new(t))?;
+    if asarray && let Some(a) = ndarray::of(py, &t.get().inner, t.as_any())? {
+        return Ok(a);
+    }
+    match output {
+        Some(f) => f.bind(py).call1((t,)),
+        None => Ok(t.into_any()),
+    }
+}
+
 pub(crate) fn columns_to_dict<'py>(
     py: Python<'py>,
     columns: Vec<(String, Column)>,
@@ -170,16 +188,15 @@ pub(crate) fn columns_to_dict<'py>(
     } else {
         None
     };
+    // `numpy.asarray` (output="numpy"): the arrays are made straight through numpy's C API.
+    let asarray = match output {
+        Some(f) => ndarray::is_asarray(py, f.bind(py)),
+        None => false,
+    };
     let d = PyDict::new(py);
     for (name, column) in columns {
         match column {
-            Column::Tensor(t) => {
-                let t = Bound::new(py, Tensor::new(t))?.into_any();
-                match output {
-                    Some(f) => d.set_item(name, f.call1(py, (t,))?)?,
-                    None => d.set_item(name, t)?,
-                }
-            }
+            Column::Tensor(t) => d.set_item(name, handed(py, t, output, asarray)?)?,
             Column::Var(v) => {
                 let values = PyList::empty(py);
                 for i in 0..v.len() {
@@ -195,11 +212,7 @@ pub(crate) fn columns_to_dict<'py>(
             Column::List(tensors) => {
                 let values = PyList::empty(py);
                 for t in tensors {
-                    let t = Bound::new(py, Tensor::new(t))?.into_any();
-                    match output {
-                        Some(f) => values.append(f.call1(py, (t,))?)?,
-                        None => values.append(t)?,
-                    }
+                    values.append(handed(py, t, output, asarray)?)?;
                 }
                 d.set_item(name, values)?;
             }

@@ -38,6 +38,35 @@ def test_array_interface(source100):
     assert ai["data"] == (t.data_ptr, False)
 
 
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int8", "uint16", "int16", "uint32",
+                                   "int32", "uint64", "int64", "float16", "float32", "float64"])
+def test_numpy_output_is_what_asarray_gives(dtype):
+    """The loader's numpy arrays (made through numpy's C API) are what numpy.asarray makes of
+    the tensor: same dtype (type included), shape, memory, flags; the tensor their base."""
+    rng = np.random.default_rng(0)
+    rows = [{"x": (rng.random((3, 2)) * 100).astype(dtype)} for _ in range(5)]
+    a = next(iter(chute.Loader(rows, batch_size=5)))["x"]  # output="numpy"
+    t = a.base
+    assert isinstance(t, chute.Tensor)
+    b = np.asarray(t)
+    assert a.dtype == b.dtype == np.dtype(dtype) and a.dtype.type is b.dtype.type
+    assert a.dtype.char == b.dtype.char and a.shape == b.shape == (5, 3, 2)
+    assert a.strides == b.strides and a.ctypes.data == b.ctypes.data == t.data_ptr
+    assert a.flags.c_contiguous and a.flags.aligned and a.flags.writeable
+    np.testing.assert_array_equal(a, np.stack([r["x"] for r in rows]))
+    del t, b
+    gc.collect()
+    np.testing.assert_array_equal(a, np.stack([r["x"] for r in rows]))  # still alive
+
+
+def test_bfloat16_tensor_to_numpy_says_what_to_do():
+    torch = pytest.importorskip("torch")
+    rows = [{"h": torch.ones(2, dtype=torch.bfloat16)} for _ in range(2)]
+    t = next(iter(chute.Loader(rows, batch_size=2, output="dlpack")))["h"]
+    with pytest.raises(BufferError, match="output=.torch"):
+        np.asarray(t)
+
+
 def test_dlpack_shares_memory(source100):
     t = first_tensor(source100)
     assert t.__dlpack_device__() == (1, 0)
