@@ -46,6 +46,15 @@ def epoch_ids(loader) -> List[List[int]]:
     return [ids(b) for b in loader]
 
 
+def all_rows(loader) -> Dict[str, list]:
+    """Every batch of ``loader``, its columns' rows joined: ``{name: [row, ...]}``."""
+    out: Dict[str, list] = {}
+    for batch in loader:
+        for k, v in batch.items():
+            out.setdefault(k, []).extend(list(v))
+    return out
+
+
 def run_python(code: str, *args: str, timeout: float = 120,
                env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     """Runs code in a fresh interpreter (the test's Python), failing on a non-zero exit.

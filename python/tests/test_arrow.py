@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import chute
-from conftest import run_python
+from conftest import all_rows, run_python
 
 pa = pytest.importorskip("pyarrow")
 ipc = pytest.importorskip("pyarrow.ipc")
@@ -30,14 +30,6 @@ def table(n=50, start=0):
             "half": pa.array(np.arange(start, start + n, dtype=np.float16)),
         }
     )
-
-
-def all_rows(loader):
-    out = {}
-    for batch in loader:
-        for k, v in batch.items():
-            out.setdefault(k, []).extend(list(v))
-    return out
 
 
 def check_values(got, start, n):

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import chute
-from conftest import chute_bin
+from conftest import all_rows, chute_bin
 
 pd = pytest.importorskip("pandas")
 
@@ -24,14 +24,6 @@ def frame(n=50):
     level = pd.Categorical(levels, categories=CATS)
     level[::11] = np.nan  # some nulls
     return pd.DataFrame({"level": level, "x": np.arange(n)})
-
-
-def all_rows(loader):
-    out = {}
-    for batch in loader:
-        for k, v in batch.items():
-            out.setdefault(k, []).extend(list(v))
-    return out
 
 
 def test_a_pandas_categorical_keeps_its_codes_across_row_groups(tmp_path):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import chute
+from conftest import all_rows
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -51,14 +52,6 @@ def nested_table(n=60):
     for name, col in extra.items():
         t = t.append_column(name, col)
     return t
-
-
-def all_rows(loader):
-    out = {}
-    for batch in loader:
-        for k, v in batch.items():
-            out.setdefault(k, []).extend(list(v))
-    return out
 
 
 def reference(tbl):
