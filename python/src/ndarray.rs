@@ -53,9 +53,41 @@ fn numpy(py: Python<'_>) -> Option<&'static Numpy> {
         .as_ref()
 }
 
-/// Whether `f` is `numpy.asarray`.
-pub(crate) fn is_asarray(py: Python<'_>, f: &Bound<'_, PyAny>) -> bool {
-    numpy(py).is_some_and(|n| f.is(n.asarray.bind(py)))
+/// How a batch's tensor columns are handed over, told by the loader's `output` function.
+pub(crate) enum Handover<'py> {
+    /// `numpy.asarray`: the array made here.
+    Numpy,
+    /// `torch.from_dlpack`: `torch.from_numpy` of the array made here (about half the cost of
+    /// a DLPack capsule a column; the same tensor: shared memory, the dtype, writable), this
+    /// being `torch.from_numpy`; DLPack for what it does not take.
+    Torch(Bound<'py, PyAny>),
+    /// Anything else: called with the `chute.Tensor`.
+    Call,
+}
+
+impl<'py> Handover<'py> {
+    /// The handover for the loader's `output` function `f`.
+    pub(crate) fn of(py: Python<'py>, f: &Bound<'py, PyAny>) -> Handover<'py> {
+        if numpy(py).is_none() {
+            return Handover::Call;
+        }
+        if numpy(py).is_some_and(|n| f.is(n.asarray.bind(py))) {
+            return Handover::Numpy;
+        }
+        let torch = py
+            .import("sys")
+            .and_then(|sys| sys.getattr("modules"))
+            .and_then(|m| m.get_item("torch"))
+            .ok();
+        if let Some(torch) = torch
+            && let Ok(from_dlpack) = torch.getattr("from_dlpack")
+            && f.is(&from_dlpack)
+            && let Ok(from_numpy) = torch.getattr("from_numpy")
+        {
+            return Handover::Torch(from_numpy);
+        }
+        Handover::Call
+    }
 }
 
 /// numpy's type number for `dtype` (on LP64 Linux, where int64 is C `long`, as numpy's

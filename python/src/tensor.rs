@@ -8,7 +8,8 @@ use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyString, PyTuple};
 
-use crate::{dlpack, errors, ndarray};
+use crate::ndarray::{self, Handover};
+use crate::{dlpack, errors};
 
 /// One batch column: a C-contiguous array in chute's 64-byte-aligned pooled buffer.
 ///
@@ -153,17 +154,29 @@ impl Tensor {
 /// Batch columns as `{name: array}`: fixed-shape columns as `chute.Tensor`s handed through
 /// `output` (numpy, torch, JAX), variable-length columns as `list[bytes]` / `list[str]`, arrays
 /// of differing shapes as a list of arrays, a `collate_fn`'s result as itself.
-/// Column `t` as the consumer gets it: through `output` (or as the `Tensor` itself); a numpy
-/// array made directly where `output` is `numpy.asarray` (`asarray`) and numpy has the dtype.
+/// Column `t` as the consumer gets it: through `output` (or as the `Tensor` itself); made
+/// here as `handover` says where it can be (see [`Handover`]).
 fn handed<'py>(
     py: Python<'py>,
     t: chute::Tensor,
     output: Option<&Py<PyAny>>,
-    asarray: bool,
+    handover: &Handover<'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let t = Bound::new(py, Tensor::new(t))?;
-    if asarray && let Some(a) = ndarray::of(py, &t.get().inner, t.as_any())? {
-        return Ok(a);
+    match handover {
+        Handover::Numpy => {
+            if let Some(a) = ndarray::of(py, &t.get().inner, t.as_any())? {
+                return Ok(a);
+            }
+        }
+        Handover::Torch(from_numpy) => {
+            if let Some(a) = ndarray::of(py, &t.get().inner, t.as_any())?
+                && let Ok(tensor) = from_numpy.call1((a,))
+            {
+                return Ok(tensor);
+            }
+        }
+        Handover::Call => {}
     }
     match output {
         Some(f) => f.bind(py).call1((t,)),
@@ -188,15 +201,16 @@ pub(crate) fn columns_to_dict<'py>(
     } else {
         None
     };
-    // `numpy.asarray` (output="numpy"): the arrays are made straight through numpy's C API.
-    let asarray = match output {
-        Some(f) => ndarray::is_asarray(py, f.bind(py)),
-        None => false,
+    // `numpy.asarray` and `torch.from_dlpack` (output="numpy", "torch"): the arrays are made
+    // straight through numpy's C API.
+    let handover = match output {
+        Some(f) => Handover::of(py, f.bind(py)),
+        None => Handover::Call,
     };
     let d = PyDict::new(py);
     for (name, column) in columns {
         match column {
-            Column::Tensor(t) => d.set_item(name, handed(py, t, output, asarray)?)?,
+            Column::Tensor(t) => d.set_item(name, handed(py, t, output, &handover)?)?,
             Column::Var(v) => {
                 let values = PyList::empty(py);
                 for i in 0..v.len() {
@@ -212,7 +226,7 @@ pub(crate) fn columns_to_dict<'py>(
             Column::List(tensors) => {
                 let values = PyList::empty(py);
                 for t in tensors {
-                    values.append(handed(py, t, output, asarray)?)?;
+                    values.append(handed(py, t, output, &handover)?)?;
                 }
                 d.set_item(name, values)?;
             }

@@ -59,6 +59,23 @@ def test_numpy_output_is_what_asarray_gives(dtype):
     np.testing.assert_array_equal(a, np.stack([r["x"] for r in rows]))  # still alive
 
 
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "int8", "uint16", "int16", "uint32",
+                                   "int32", "uint64", "int64", "float16", "float32", "float64"])
+def test_torch_output_is_what_from_dlpack_gives(dtype):
+    """output="torch" (made through torch.from_numpy of the array made through numpy's C API,
+    DLPack where torch does not take it): what torch.from_dlpack makes of the tensor."""
+    torch = pytest.importorskip("torch")
+    pa = pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(0)
+    tbl = pa.table({"x": pa.array((rng.random(5) * 100).astype(dtype))})
+    got = next(iter(chute.Loader(chute.arrow(tbl), batch_size=5, output="torch")))["x"]
+    t = next(iter(chute.Loader(chute.arrow(tbl), batch_size=5, output="dlpack")))["x"]
+    want = torch.from_dlpack(t)
+    assert isinstance(got, torch.Tensor) and got.dtype == want.dtype
+    assert got.shape == want.shape == (5,) and got.is_contiguous()
+    assert torch.equal(got, want)
+
+
 def test_bfloat16_tensor_to_numpy_says_what_to_do():
     torch = pytest.importorskip("torch")
     rows = [{"h": torch.ones(2, dtype=torch.bfloat16)} for _ in range(2)]
