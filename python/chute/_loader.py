@@ -964,26 +964,31 @@ def _check_collate_fn(collate_fn: Any, transforms: Any, on_error: str) -> None:
 _hf_sources: "Dict[int, Tuple[Any, _chute.Source]]" = {}
 
 
-def _hf_arrow(obj: Any, decimals: str = "float",
-              dictionaries: str = "values") -> "Optional[_chute.Source]":
+def _hf_arrow(obj: Any, decimals: str = "float", dictionaries: str = "values",
+              nulls: str = "mask", fill_null: Optional[float] = None,
+              structs: str = "flatten", columns: Optional[List[str]] = None,
+              chunk_rows: Optional[int] = None,
+              stack: Any = None) -> "Optional[_chute.Source]":
     """A Hugging Face ``datasets.Dataset`` as a native source over its Arrow table (the
     cache files' memory maps, or the table in memory) and its indices mapping (``shuffle()``,
-    ``select()``), with no Python per row; ``None`` for anything else, and for datasets with
-    a Python transform (``set_transform``/``with_transform``), which must run per row."""
+    ``select()``), with no Python per row, read with ``chute.arrow``'s options (``columns``
+    given here override the dataset's format's); ``None`` for anything else, and for datasets
+    with a Python transform (``set_transform``/``with_transform``), which must run per row."""
     datasets = sys.modules.get("datasets")
     if datasets is None or not isinstance(obj, datasets.Dataset):
         return None
     fmt = obj.format
     if fmt.get("type") == "custom":
         return None
-    columns = fmt.get("columns")
-    if fmt.get("output_all_columns"):
-        columns = None
+    if columns is None:
+        columns = fmt.get("columns")
+        if fmt.get("output_all_columns"):
+            columns = None
     # A dataset object's table never changes (its methods return new datasets; the in-place
-    # ones change its fingerprint), so the source is made once per (fingerprint, columns):
+    # ones change its fingerprint), so the source is made once per (fingerprint, options):
     # importing the table's record batches costs about 25 us each.
     key = (getattr(obj, "_fingerprint", None), None if columns is None else tuple(columns),
-           decimals, dictionaries)
+           decimals, dictionaries, nulls, fill_null, structs, chunk_rows, repr(stack))
     cached = _hf_sources.get(id(obj))
     if cached is not None and key[0] is not None and cached[0] == key:
         return cached[1]
@@ -994,7 +999,9 @@ def _hf_arrow(obj: Any, decimals: str = "float",
     files = [f.get("filename") for f in obj.cache_files]
     name = files[0] if files else f"datasets.Dataset({obj.info.dataset_name or 'in memory'})"
     source = _chute.arrow_table(obj.data.table, indices=indices, columns=columns, name=str(name),
-                                decimals=decimals, dictionaries=dictionaries)
+                                decimals=decimals, dictionaries=dictionaries, nulls=nulls,
+                                fill_null=fill_null, structs=structs, chunk_rows=chunk_rows,
+                                stack=stack)
     if id(obj) not in _hf_sources:
         weakref.finalize(obj, _hf_sources.pop, id(obj), None)
     _hf_sources[id(obj)] = (key, source)

@@ -597,9 +597,20 @@ pub(crate) fn arrow(
 ) -> PyResult<Source> {
     if !data.hasattr("__arrow_c_stream__")? && data.hasattr("cache_files")? {
         // A Hugging Face dataset: its Arrow table read in place, its indices mapping applied.
-        let source = py
-            .import("chute._loader")?
-            .call_method1("_hf_arrow", (data, decimals, dictionaries))?;
+        let source = py.import("chute._loader")?.call_method1(
+            "_hf_arrow",
+            (
+                data,
+                decimals,
+                dictionaries,
+                nulls,
+                fill_null,
+                structs,
+                columns,
+                chunk_rows,
+                stack,
+            ),
+        )?;
         if source.is_none() {
             return Err(errors::from_config(chute::ConfigError::new(
                 "data",

@@ -262,8 +262,8 @@ def test_null_fill_and_raise(tmp_path):
 
 def test_nulls_fill_without_masks(tmp_path):
     """nulls="fill": the slots filled as with masks (pyarrow's fill_null gives the same
-    numbers), no `_valid` column, in Parquet, Arrow IPC and a table in memory; and a state
-    saved under one policy is refused under the other (other fields)."""
+    numbers), no `_valid` column, in Parquet, Arrow IPC, a table in memory and a Hugging Face
+    dataset; and a state saved under one policy is refused under the other (other fields)."""
     pq = pytest.importorskip("pyarrow.parquet")
     tbl = pa.table({"x": pa.array([1.5, None, 2.5, None], pa.float32()),
                     "k": pa.array([None, 4, 5, 6], pa.int64()),
@@ -275,6 +275,8 @@ def test_nulls_fill_without_masks(tmp_path):
     sources = [chute.parquet(tmp_path / "t.parquet", nulls="fill", fill_null=-7),
                chute.arrow(tmp_path / "t.arrow", nulls="fill", fill_null=-7)]
     sources.append(chute.arrow(tbl, nulls="fill", fill_null=-7))  # a table in memory
+    datasets = pytest.importorskip("datasets")
+    sources.append(chute.arrow(datasets.Dataset(tbl), nulls="fill", fill_null=-7))
     for src in sources:
         b = next(iter(chute.Loader(src, batch_size=4)))
         assert sorted(b) == ["dense", "k", "s", "x"], src
@@ -282,6 +284,9 @@ def test_nulls_fill_without_masks(tmp_path):
         assert b["k"].tolist() == tbl["k"].fill_null(-7).to_pylist()
         assert b["dense"].tolist() == [1, 2, 3, 4]
         assert list(b["s"]) in (["a", "", "c", "d"], [b"a", b"", b"c", b"d"])
+    # The reading options apply to a Hugging Face dataset too (they were dropped before).
+    hf = chute.arrow(datasets.Dataset(tbl), columns=["x"], fill_null=-1)
+    assert sorted(next(iter(chute.Loader(hf, batch_size=4)))) == ["x", "x_valid"]
     masked = chute.Loader(chute.arrow(tmp_path / "t.arrow"), batch_size=2)
     it = iter(masked)
     next(it)
