@@ -151,9 +151,6 @@ impl Tensor {
     }
 }
 
-/// Batch columns as `{name: array}`: fixed-shape columns as `chute.Tensor`s handed through
-/// `output` (numpy, torch, JAX), variable-length columns as `list[bytes]` / `list[str]`, arrays
-/// of differing shapes as a list of arrays, a `collate_fn`'s result as itself.
 /// Column `t` as the consumer gets it: through `output` (or as the `Tensor` itself); made
 /// here as `handover` says where it can be (see [`Handover`]).
 fn handed<'py>(
@@ -184,6 +181,9 @@ fn handed<'py>(
     }
 }
 
+/// Batch columns as `{name: array}`: fixed-shape columns as `chute.Tensor`s handed through
+/// `output` (numpy, torch, JAX), variable-length columns as `list[bytes]` / `list[str]`, arrays
+/// of differing shapes as a list of arrays, a `collate_fn`'s result as itself.
 pub(crate) fn columns_to_dict<'py>(
     py: Python<'py>,
     columns: Vec<(String, Column)>,
