@@ -7,12 +7,21 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+mod words;
+
+use words::Words;
+
 /// A loaded `tokenizer.json`, compared by path.
 #[derive(Clone)]
 pub struct TextTokenizer {
     path: PathBuf,
     inner: Arc<tokenizers::Tokenizer>,
+    /// Its word cache, where it is a byte-level BPE (see [`words`]).
+    words: Option<Arc<Words>>,
 }
+
+/// A tokenizer as loaded, with its word cache.
+type Loaded = (Arc<tokenizers::Tokenizer>, Option<Arc<Words>>);
 
 impl std::fmt::Debug for TextTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -48,18 +57,18 @@ pub struct EncodeOptions {
 impl TextTokenizer {
     /// The tokenizer in `path` (a `tokenizer.json`), loaded on first use and shared.
     pub fn load(path: impl AsRef<Path>) -> Result<TextTokenizer, String> {
-        static LOADED: OnceLock<Mutex<HashMap<PathBuf, Arc<tokenizers::Tokenizer>>>> =
-            OnceLock::new();
+        static LOADED: OnceLock<Mutex<HashMap<PathBuf, Loaded>>> = OnceLock::new();
         let path = path.as_ref();
         let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let mut map = LOADED
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = map.get(&key) {
+        if let Some((t, words)) = map.get(&key) {
             return Ok(TextTokenizer {
                 path: key,
                 inner: Arc::clone(t),
+                words: words.clone(),
             });
         }
         let t = tokenizers::Tokenizer::from_file(path).map_err(|e| {
@@ -68,11 +77,13 @@ impl TextTokenizer {
                 path.display()
             )
         })?;
+        let words = Words::new(&t).map(Arc::new);
         let t = Arc::new(t);
-        map.insert(key.clone(), Arc::clone(&t));
+        map.insert(key.clone(), (Arc::clone(&t), words.clone()));
         Ok(TextTokenizer {
             path: key,
             inner: t,
+            words,
         })
     }
 
@@ -94,13 +105,21 @@ impl TextTokenizer {
     /// The ids of `text`, with `options`' special tokens and length.
     pub fn encode(&self, text: &str, options: EncodeOptions) -> Result<Vec<u32>, String> {
         check_text_len(text.len())?;
-        let enc = self
-            .inner
-            .encode_fast(text, options.add_special_tokens)
-            .map_err(|e| format!("the tokenizer failed: {e}"))?;
-        let mut ids = Vec::with_capacity(enc.len() + 2);
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         ids.extend(options.bos);
-        ids.extend_from_slice(enc.get_ids());
+        let fast = match &self.words {
+            Some(w) if w.adds_nothing || !options.add_special_tokens => {
+                w.encode(&self.inner, text, &mut ids, None)?
+            }
+            _ => false,
+        };
+        if !fast {
+            let enc = self
+                .inner
+                .encode_fast(text, options.add_special_tokens)
+                .map_err(|e| format!("the tokenizer failed: {e}"))?;
+            ids.extend_from_slice(enc.get_ids());
+        }
         if let Some(max) = options.max_length {
             let keep = max.saturating_sub(usize::from(options.eos.is_some()));
             ids.truncate(keep);
@@ -127,11 +146,17 @@ impl TextTokenizer {
         check_text_len(prompt.len().saturating_add(response.len()))?;
         let mut ids = self.encode(prompt, head)?;
         let prompt_len = ids.len();
-        let tail = self
-            .inner
-            .encode_fast(response, false)
-            .map_err(|e| format!("the tokenizer failed: {e}"))?;
-        ids.extend_from_slice(tail.get_ids());
+        let fast = match &self.words {
+            Some(w) => w.encode(&self.inner, response, &mut ids, None)?,
+            None => false,
+        };
+        if !fast {
+            let tail = self
+                .inner
+                .encode_fast(response, false)
+                .map_err(|e| format!("the tokenizer failed: {e}"))?;
+            ids.extend_from_slice(tail.get_ids());
+        }
         if let Some(max) = options.max_length {
             ids.truncate(max.saturating_sub(usize::from(options.eos.is_some())));
         }
@@ -144,6 +169,18 @@ impl TextTokenizer {
     /// tokenizer's own special tokens (what `transformers` tokenizes a rendered chat with).
     pub fn encode_with_offsets(&self, text: &str) -> Result<Encoding, String> {
         check_text_len(text.len())?;
+        if let Some(w) = &self.words {
+            let (mut ids, mut offsets) = (Vec::new(), Vec::new());
+            if w.encode(&self.inner, text, &mut ids, Some(&mut offsets))? {
+                return Ok((ids, offsets));
+            }
+        }
+        self.encode_with_offsets_slowly(text)
+    }
+
+    /// [`Self::encode_with_offsets`] through `tokenizers`' `encode` and its `Encoding`,
+    /// whatever the tokenizer.
+    fn encode_with_offsets_slowly(&self, text: &str) -> Result<Encoding, String> {
         let enc = self
             .inner
             .encode(text, false)
