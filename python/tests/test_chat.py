@@ -190,6 +190,53 @@ def test_generation_templates_match_transformers(tmp_path, tokenizer_json, famil
         assert got_labels == labels, (family, row)
 
 
+# Qwen 2's split regex (Qwen 2.5 and 3 ship it too), before a byte-level step without its own.
+QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@pytest.mark.parametrize("shape", ["qwen", "llama3"])
+def test_byte_level_pipelines_of_released_tokenizers(tmp_path, shape):
+    """Tokenizers built as Qwen 2.5's and Llama 3's tokenizer.json are (an NFC normalizer or
+    none, a split regex then a byte-level step, a byte-level post-processor that keeps offsets,
+    Llama's adding a BOS): chute's ids and labels identical to transformers', texts the
+    normalizer changes (a decomposed accent) and characters cut by tokens among them."""
+    tok = tk.Tokenizer(tk.models.BPE())
+    if shape == "qwen":
+        tok.normalizer = tk.normalizers.NFC()
+    tok.pre_tokenizer = tk.pre_tokenizers.Sequence([
+        tk.pre_tokenizers.Split(tk.Regex(QWEN_SPLIT), behavior="isolated"),
+        tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = tk.decoders.ByteLevel()
+    tok.train_from_iterator([" ".join(WORDS)] * 20 + [template_text("qwen2_5_training")],
+                            tk.trainers.BpeTrainer(vocab_size=600, initial_alphabet=tk.pre_tokenizers.ByteLevel.alphabet(),
+                                                   special_tokens=SPECIALS))
+    byte_level = tk.processors.ByteLevel(trim_offsets=False)
+    if shape == "llama3":
+        bos = "<|begin_of_text|>"
+        tok.post_processor = tk.processors.Sequence([byte_level, tk.processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))])])
+    else:
+        tok.post_processor = byte_level
+    tok.save(str(tmp_path / "tokenizer.json"))
+    d = tokenizer_dir(tmp_path, tmp_path / "tokenizer.json", "qwen2_5", training=True)
+    ref = transformers.AutoTokenizer.from_pretrained(str(d))
+    convs = conversations(60, seed=11)
+    for i, row in enumerate(convs):  # decomposed accents (NFC composes them), CJK, emoji
+        m = row["messages"][-1]
+        if isinstance(m.get("content"), str) and i % 2:
+            m["content"] += " cafe\u0301 re\u0301sume\u0301 東京の数据 🦀🦀 "
+    keep = rendered_rows(ref, convs, True)
+    assert len(keep) >= 20
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r, _, _ in keep))
+    _, rows = chute_rows(path, d)
+    assert len(rows) == len(keep)
+    for (row, ids, labels), (got_ids, got_labels) in zip(keep, rows):
+        assert got_ids == ids, (shape, row)
+        assert got_labels == labels, (shape, row)
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_original_templates_ids_and_assistant_spans(tmp_path, tokenizer_json, family):
     """The templates as the models ship them (no generation blocks): ids identical to
