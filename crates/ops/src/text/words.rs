@@ -17,15 +17,30 @@
 //! goes through `encode`. [`Words::new`] takes only tokenizers whose steps are known to keep
 //! it (a BPE without dropout, a byte-level last pre-tokenizer without a prefix space, no
 //! truncation or padding, post-processors that leave offsets alone without special tokens).
+//!
+//! Where the tokenizer's steps are few and plain (added tokens that neither strip nor are
+//! normalized, no normalizer or NFC, split regexes isolating their matches, then the byte-level
+//! step: GPT-2's, Llama 3's and Qwen's `tokenizer.json`), the words are cut here too
+//! ([`Direct`]): the added tokens found as `tokenizers` finds them (leftmost longest), the
+//! tokenizer's own regexes run over the rest, and a word seen before is looked up by its text,
+//! without `tokenizers`' `NormalizedString` (a copy of the text, an alignment per byte, a string
+//! per split and per transform). A text NFC would change (one that is not ASCII, to keep the
+//! check simple) goes the checked way above.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
+use aho_corasick::{AhoCorasick, MatchKind};
 use tokenizers::models::ModelWrapper;
+use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::split::SplitPattern;
 use tokenizers::processors::PostProcessorWrapper;
-use tokenizers::{Model, OffsetReferential, OffsetType, PreTokenizer, Tokenizer};
+use tokenizers::utils::SysRegex;
+use tokenizers::{
+    Model, OffsetReferential, OffsetType, PreTokenizer, SplitDelimiterBehavior, Tokenizer,
+};
 
 /// Words kept per shard (131,072 in all, a few MB); past it, new words are tokenized but not
 /// kept (as `tokenizers`' own cache does).
@@ -40,7 +55,10 @@ type Shard = Mutex<HashMap<Box<str>, Box<[Piece]>, BuildHasherDefault<Fx>>>;
 
 /// The word cache of one tokenizer, and what its post-processor adds.
 pub(super) struct Words {
+    /// Keyed by a word's text (the byte-level form is one-to-one with it).
     shards: Vec<Shard>,
+    /// Where the words can be cut here.
+    direct: Option<Direct>,
     /// The post-processor adds no token even with `add_special_tokens` (none, or byte-level).
     pub(super) adds_nothing: bool,
 }
@@ -70,6 +88,7 @@ impl Words {
         };
         Some(Words {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            direct: Direct::new(t),
             adds_nothing,
         })
     }
@@ -79,6 +98,27 @@ impl Words {
     /// `offsets` as they were) where a word is not the byte-level form of its text, for the
     /// caller to use `encode`.
     pub(super) fn encode(
+        &self,
+        t: &Tokenizer,
+        text: &str,
+        ids: &mut Vec<u32>,
+        mut offsets: Option<&mut Vec<(usize, usize)>>,
+    ) -> Result<bool, String> {
+        if let Some(d) = &self.direct {
+            let (n_ids, n_offsets) = (ids.len(), offsets.as_ref().map_or(0, |o| o.len()));
+            if d.encode(self, t, text, ids, offsets.as_deref_mut())? {
+                return Ok(true);
+            }
+            ids.truncate(n_ids);
+            if let Some(o) = offsets.as_deref_mut() {
+                o.truncate(n_offsets);
+            }
+        }
+        self.encode_checked(t, text, ids, offsets)
+    }
+
+    /// [`Self::encode`] through `tokenizers`' own split, each word checked.
+    fn encode_checked(
         &self,
         t: &Tokenizer,
         text: &str,
@@ -124,32 +164,214 @@ impl Words {
             if end < start || !is_byte_level_of(word, bytes.get(start..end).unwrap_or(&[])) {
                 return undo(ids, offsets);
             }
-            let shard = &self.shards[(fx(word.as_bytes()) as usize) % SHARDS];
-            {
-                let cache = shard.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(pieces) = cache.get(word) {
-                    emit(pieces, text, start, ids, offsets.as_deref_mut());
-                    continue;
-                }
-            }
-            let tokens = t.get_model().tokenize(word).map_err(failed)?;
-            let mut pieces = Vec::with_capacity(tokens.len());
-            for tok in &tokens {
-                let (a, b) = tok.offsets;
-                let (Some(head), Some(body)) = (word.get(..a), word.get(a..b)) else {
-                    return undo(ids, offsets);
-                };
-                let a = head.chars().count();
-                let b = a + body.chars().count();
-                pieces.push((tok.id, a as u32, b as u32));
-            }
-            emit(&pieces, text, start, ids, offsets.as_deref_mut());
-            let mut cache = shard.lock().unwrap_or_else(|e| e.into_inner());
-            if cache.len() < SHARD_WORDS {
-                cache.insert(word.into(), pieces.into_boxed_slice());
+            let Some(key) = text.get(start..end) else {
+                return undo(ids, offsets);
+            };
+            if !self.word(t, key, Some(word), start, text, ids, offsets.as_deref_mut())? {
+                return undo(ids, offsets);
             }
         }
         Ok(true)
+    }
+
+    /// The tokens of the word `key` (the text's bytes from `start`), from the cache or from
+    /// the model (given the word's byte-level form, or making it), emitted; `false` where the
+    /// model's tokens do not fall on the word's characters.
+    #[allow(clippy::too_many_arguments)]
+    fn word(
+        &self,
+        t: &Tokenizer,
+        key: &str,
+        byte_level: Option<&str>,
+        start: usize,
+        text: &str,
+        ids: &mut Vec<u32>,
+        offsets: Option<&mut Vec<(usize, usize)>>,
+    ) -> Result<bool, String> {
+        let shard = &self.shards[(fx(key.as_bytes()) as usize) % SHARDS];
+        {
+            let cache = shard.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(pieces) = cache.get(key) {
+                emit(pieces, text, start, ids, offsets);
+                return Ok(true);
+            }
+        }
+        let made;
+        let word = match byte_level {
+            Some(w) => w,
+            None => {
+                made = key
+                    .bytes()
+                    .map(|b| BYTE_CHARS[b as usize])
+                    .collect::<String>();
+                &made
+            }
+        };
+        let tokens = t
+            .get_model()
+            .tokenize(word)
+            .map_err(|e| format!("the tokenizer failed: {e}"))?;
+        let mut pieces = Vec::with_capacity(tokens.len());
+        for tok in &tokens {
+            let (a, b) = tok.offsets;
+            let (Some(head), Some(body)) = (word.get(..a), word.get(a..b)) else {
+                return Ok(false);
+            };
+            let a = head.chars().count();
+            let b = a + body.chars().count();
+            pieces.push((tok.id, a as u32, b as u32));
+        }
+        emit(&pieces, text, start, ids, offsets);
+        let mut cache = shard.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() < SHARD_WORDS {
+            cache.insert(key.into(), pieces.into_boxed_slice());
+        }
+        Ok(true)
+    }
+}
+
+/// GPT-2's split, which the byte-level pre-tokenizer runs with `use_regex` (its text, as
+/// `tokenizers` compiles it).
+const GPT2_SPLIT: &str =
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+
+/// A tokenizer's words cut without `tokenizers`' `NormalizedString` (see the module
+/// documentation).
+struct Direct {
+    /// The added tokens, matched leftmost-longest as `tokenizers`' trie matches them, and
+    /// their ids by pattern.
+    added: Option<(AhoCorasick, Vec<u32>)>,
+    /// The pre-tokenizer's splits in order, each isolating its matches.
+    splits: Vec<SysRegex>,
+    /// The normalizer is NFC: a text that is not ASCII goes the checked way.
+    nfc: bool,
+}
+
+impl Direct {
+    fn new(t: &Tokenizer) -> Option<Direct> {
+        let nfc = match t.get_normalizer() {
+            None => false,
+            Some(NormalizerWrapper::NFC(_)) => true,
+            Some(_) => return None,
+        };
+        let steps = match t.get_pre_tokenizer()? {
+            PreTokenizerWrapper::Sequence(s) => s.as_ref(),
+            p => std::slice::from_ref(p),
+        };
+        let (PreTokenizerWrapper::ByteLevel(last), rest) = steps.split_last()? else {
+            return None;
+        };
+        let mut splits = Vec::new();
+        for step in rest {
+            match step {
+                PreTokenizerWrapper::Split(s)
+                    if !s.invert && s.behavior == SplitDelimiterBehavior::Isolated =>
+                {
+                    let SplitPattern::Regex(r) = &s.pattern else {
+                        return None;
+                    };
+                    splits.push(SysRegex::new(r).ok()?);
+                }
+                _ => return None,
+            }
+        }
+        if last.add_prefix_space {
+            return None;
+        }
+        if last.use_regex {
+            splits.push(SysRegex::new(GPT2_SPLIT).ok()?);
+        }
+        let mut pairs: Vec<(u32, &str)> = Vec::new();
+        for (&id, tok) in t.get_added_vocabulary().get_added_tokens_decoder() {
+            if tok.normalized || tok.lstrip || tok.rstrip || tok.single_word {
+                return None;
+            }
+            if tok.content.is_empty() {
+                return None;
+            }
+            pairs.push((id, &tok.content));
+        }
+        pairs.sort();
+        let added = if pairs.is_empty() {
+            None
+        } else {
+            let ac = AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(pairs.iter().map(|p| p.1))
+                .ok()?;
+            Some((ac, pairs.iter().map(|p| p.0).collect()))
+        };
+        Some(Direct { added, splits, nfc })
+    }
+
+    /// As [`Words::encode`]; `false` (ids and offsets to be cut back by the caller) where the
+    /// text must go the checked way.
+    fn encode(
+        &self,
+        words: &Words,
+        t: &Tokenizer,
+        text: &str,
+        ids: &mut Vec<u32>,
+        mut offsets: Option<&mut Vec<(usize, usize)>>,
+    ) -> Result<bool, String> {
+        if self.nfc && !text.is_ascii() {
+            return Ok(false);
+        }
+        let mut spans = Vec::new();
+        let mut found = self.added.as_ref().map(|(ac, _)| ac.find_iter(text));
+        let mut at = 0;
+        loop {
+            let next = found.as_mut().and_then(|f| f.next());
+            let end = next.as_ref().map_or(text.len(), |m| m.start());
+            if at < end {
+                spans.clear();
+                self.cut(0, text, at, end, &mut spans);
+                for &(a, b) in &spans {
+                    let ok =
+                        words.word(t, &text[a..b], None, a, text, ids, offsets.as_deref_mut())?;
+                    if !ok {
+                        return Ok(false);
+                    }
+                }
+            }
+            let Some(m) = next else {
+                break;
+            };
+            if let Some((_, by_pattern)) = &self.added {
+                ids.push(by_pattern[m.pattern().as_usize()]);
+            }
+            if let Some(o) = offsets.as_deref_mut() {
+                o.push((m.start(), m.end()));
+            }
+            at = m.end();
+        }
+        Ok(true)
+    }
+
+    /// The words of `text[a..b]` after split `step` and those after it, into `spans`
+    /// (non-empty, in order).
+    fn cut(&self, step: usize, text: &str, a: usize, b: usize, spans: &mut Vec<(usize, usize)>) {
+        let Some(re) = self.splits.get(step) else {
+            if a < b {
+                spans.push((a, b));
+            }
+            return;
+        };
+        let piece = &text[a..b];
+        if piece.is_empty() {
+            return;
+        }
+        let mut prev = 0;
+        for (s, e) in re.find_iter(piece) {
+            if prev != s {
+                self.cut(step + 1, text, a + prev, a + s, spans);
+            }
+            self.cut(step + 1, text, a + s, a + e, spans);
+            prev = e;
+        }
+        if prev != piece.len() {
+            self.cut(step + 1, text, a + prev, b, spans);
+        }
     }
 }
 
@@ -298,8 +520,14 @@ mod tests {
             .enumerate()
             .map(|(i, s)| (s, json!(i)))
             .collect();
-        let added = json!([{"id": n, "content": "<|im_end|>", "single_word": false,
-            "lstrip": false, "rstrip": false, "normalized": false, "special": true}]);
+        let added: Vec<Value> = ["<|im_end|>", "<|im", "<tool_call>"]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                json!({"id": n + i, "content": t, "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": i == 0})
+            })
+            .collect();
         let j = json!({"version": "1.0", "truncation": null, "padding": null,
             "added_tokens": added, "normalizer": normalizer, "pre_tokenizer": pre,
             "post_processor": post, "decoder": null,
@@ -329,6 +557,7 @@ mod tests {
         "the the  the   the\n\nthe\r\n the",
         "café naïve 東京 数据 привет мир 42 3.14 🦀🦀",
         "<|im_end|><|im_end|>the<|im_end|> the東東<|im_end|>",
+        "<|im<|im_end|><|im_<tool_call><tool_call x <|im",
         "  leading and trailing  \t",
         " caféé東東東 caf",
         "'s 're don't I'M",
@@ -353,6 +582,14 @@ mod tests {
         (e.get_ids().to_vec(), e.get_offsets().to_vec())
     }
 
+    /// The ids and offsets of the checked way alone (as where the words cannot be cut here).
+    fn checked(t: &Tokenizer, w: &Words, text: &str) -> Option<super::super::Encoding> {
+        let (mut ids, mut offsets) = (Vec::new(), Vec::new());
+        w.encode_checked(t, text, &mut ids, Some(&mut offsets))
+            .unwrap()
+            .then_some((ids, offsets))
+    }
+
     #[test]
     fn ids_and_offsets_are_encodes() {
         let post = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
@@ -372,14 +609,13 @@ mod tests {
         ] {
             let t = tokenizer(Value::Null, pre, post);
             let w = Words::new(&t).expect("a byte-level BPE");
+            assert!(w.direct.is_some(), "words cut here");
             for _ in 0..2 {
                 // Twice: the words tokenized, then the words cached.
                 for text in TEXTS {
-                    assert_eq!(
-                        fast(&t, &w, text).as_ref(),
-                        Some(&slow(&t, text)),
-                        "{text:?}"
-                    );
+                    let want = slow(&t, text);
+                    assert_eq!(fast(&t, &w, text).as_ref(), Some(&want), "{text:?}");
+                    assert_eq!(checked(&t, &w, text).as_ref(), Some(&want), "{text:?}");
                 }
             }
         }
@@ -389,12 +625,102 @@ mod tests {
         assert_eq!((ids.len(), offsets), (2, vec![(0, 3), (0, 3)]));
     }
 
+    /// Random texts of pieces where the splits and the byte-level step differ most: runs of
+    /// whitespace of every kind, contractions in any case, digits, punctuation, letters of
+    /// several scripts, combining marks, emoji, added tokens and pieces of them.
+    #[test]
+    fn random_texts_are_encodes() {
+        const PIECES: &[&str] = &[
+            " ",
+            "  ",
+            "\t",
+            "\n",
+            "\r\n",
+            "\n\n ",
+            "\u{a0}",
+            "\u{3000}",
+            " \u{2003}x",
+            "'s",
+            "'S",
+            "'ll",
+            "'RE",
+            "don't",
+            "the",
+            " the",
+            "The",
+            "42",
+            "3.14",
+            "1234567",
+            "!",
+            "?!",
+            ",",
+            "...",
+            "\"",
+            "(",
+            "){",
+            "é",
+            "e\u{301}",
+            "東京",
+            "数据",
+            "привет",
+            "🦀",
+            "👍🏽",
+            "<|im_end|>",
+            "<|im",
+            "<tool_call>",
+            "|>",
+            "_",
+            "-",
+            "x",
+            " caf",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let texts: Vec<String> = (0..400)
+            .map(|_| {
+                (0..1 + next(12))
+                    .map(|_| PIECES[next(PIECES.len())])
+                    .collect()
+            })
+            .collect();
+        for (normalizer, pre) in [
+            (Value::Null, byte_level(false, true)),
+            (Value::Null, qwen()),
+            (json!({"type": "NFC"}), qwen()),
+            (
+                Value::Null,
+                json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": r"\p{N}{1,3}"}, "behavior": "Isolated",
+                    "invert": false},
+                byte_level(false, true)]}),
+            ),
+        ] {
+            let t = tokenizer(normalizer, pre, Value::Null);
+            let w = Words::new(&t).expect("a byte-level BPE");
+            assert!(w.direct.is_some());
+            for text in &texts {
+                let want = slow(&t, text);
+                let got = fast(&t, &w, text);
+                // Under NFC a text it changes goes to encode; any other is the same.
+                assert!(got.is_none() || got.as_ref() == Some(&want), "{text:?}");
+                assert!(got.is_some() || (text.contains('\u{301}')), "{text:?}");
+            }
+        }
+    }
+
     #[test]
     fn a_text_the_normalizer_changes_goes_through_encode() {
         let t = tokenizer(json!({"type": "NFC"}), qwen(), Value::Null);
         let w = Words::new(&t).expect("NFC is checked word by word");
-        let composed = "caf\u{e9} the";
-        assert_eq!(fast(&t, &w, composed), Some(slow(&t, composed)));
+        assert!(w.direct.as_ref().is_some_and(|d| d.nfc));
+        for text in ["the <|im_end|> caf", "caf\u{e9} the"] {
+            assert_eq!(fast(&t, &w, text), Some(slow(&t, text)));
+        }
         assert_eq!(fast(&t, &w, "cafe\u{301} the"), None);
     }
 
@@ -408,5 +734,14 @@ mod tests {
         assert!(Words::new(&t).is_none(), "offsets trimmed");
         let t = tokenizer(Value::Null, json!({"type": "Whitespace"}), Value::Null);
         assert!(Words::new(&t).is_none(), "not byte-level");
+        // Words the pre-tokenizer cuts otherwise: checked, not cut here.
+        let digits = json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": true}, byte_level(false, true)]});
+        let t = tokenizer(Value::Null, digits, Value::Null);
+        let w = Words::new(&t).expect("byte-level last");
+        assert!(w.direct.is_none());
+        for text in TEXTS {
+            assert_eq!(fast(&t, &w, text), Some(slow(&t, text)), "{text:?}");
+        }
     }
 }
