@@ -24,8 +24,7 @@
 //! ([`Direct`]): the added tokens found as `tokenizers` finds them (leftmost longest), the
 //! tokenizer's own regexes run over the rest, and a word seen before is looked up by its text,
 //! without `tokenizers`' `NormalizedString` (a copy of the text, an alignment per byte, a string
-//! per split and per transform). A text NFC would change (one that is not ASCII, to keep the
-//! check simple) goes the checked way above.
+//! per split and per transform). A text NFC would change goes the checked way above.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -243,7 +242,8 @@ struct Direct {
     added: Option<(AhoCorasick, Vec<u32>)>,
     /// The pre-tokenizer's splits in order, each isolating its matches.
     splits: Vec<SysRegex>,
-    /// The normalizer is NFC: a text that is not ASCII goes the checked way.
+    /// The normalizer is NFC: a text with a piece NFC would change goes the checked way
+    /// (`tokenizers`' own NFC tables say which).
     nfc: bool,
 }
 
@@ -314,9 +314,6 @@ impl Direct {
         ids: &mut Vec<u32>,
         mut offsets: Option<&mut Vec<(usize, usize)>>,
     ) -> Result<bool, String> {
-        if self.nfc && !text.is_ascii() {
-            return Ok(false);
-        }
         let mut spans = Vec::new();
         let mut found = self.added.as_ref().map(|(ac, _)| ac.find_iter(text));
         let mut at = 0;
@@ -324,6 +321,11 @@ impl Direct {
             let next = found.as_mut().and_then(|f| f.next());
             let end = next.as_ref().map_or(text.len(), |m| m.start());
             if at < end {
+                let piece = &text[at..end];
+                if self.nfc && !piece.is_ascii() && !unicode_normalization_alignments::is_nfc(piece)
+                {
+                    return Ok(false);
+                }
                 spans.clear();
                 self.cut(0, text, at, end, &mut spans);
                 for &(a, b) in &spans {
@@ -718,9 +720,17 @@ mod tests {
         let t = tokenizer(json!({"type": "NFC"}), qwen(), Value::Null);
         let w = Words::new(&t).expect("NFC is checked word by word");
         assert!(w.direct.as_ref().is_some_and(|d| d.nfc));
-        for text in ["the <|im_end|> caf", "caf\u{e9} the"] {
+        let d = w.direct.as_ref().expect("cut here");
+        for text in ["the <|im_end|> caf", "caf\u{e9} the 東京"] {
             assert_eq!(fast(&t, &w, text), Some(slow(&t, text)));
+            let mut ids = Vec::new();
+            assert!(
+                d.encode(&w, &t, text, &mut ids, None).unwrap(),
+                "NFC already"
+            );
         }
+        let mut ids = Vec::new();
+        assert!(!d.encode(&w, &t, "cafe\u{301}", &mut ids, None).unwrap());
         assert_eq!(fast(&t, &w, "cafe\u{301} the"), None);
     }
 
