@@ -169,7 +169,7 @@ impl TextTokenizer {
     /// tokenizer's own special tokens (what `transformers` tokenizes a rendered chat with).
     pub fn encode_with_offsets(&self, text: &str) -> Result<Encoding, String> {
         check_text_len(text.len())?;
-        if let Some(w) = &self.words {
+        if let Some(w) = self.words.as_ref().filter(|w| w.keeps_offsets) {
             let (mut ids, mut offsets) = (Vec::new(), Vec::new());
             if w.encode(&self.inner, text, &mut ids, Some(&mut offsets))? {
                 return Ok((ids, offsets));

@@ -16,7 +16,9 @@
 //! (a normalizer that changed the text, a prefix space), and a text with a word that is not
 //! goes through `encode`. [`Words::new`] takes only tokenizers whose steps are known to keep
 //! it (a BPE without dropout, a byte-level last pre-tokenizer without a prefix space, no
-//! truncation or padding, post-processors that leave offsets alone without special tokens).
+//! truncation or padding, post-processors that keep the ids without special tokens), and
+//! makes offsets only where the post-processor leaves them alone (GPT-2's trims them: its ids
+//! are made here, its offsets by `encode`).
 //!
 //! Where the tokenizer's steps are few and plain (added tokens that neither strip nor are
 //! normalized, no normalizer or NFC, split regexes isolating their matches, then the byte-level
@@ -60,6 +62,8 @@ pub(super) struct Words {
     direct: Option<Direct>,
     /// The post-processor adds no token even with `add_special_tokens` (none, or byte-level).
     pub(super) adds_nothing: bool,
+    /// The post-processor leaves the offsets alone (else only ids are made here).
+    pub(super) keeps_offsets: bool,
 }
 
 impl Words {
@@ -81,14 +85,18 @@ impl Words {
         if !last_is_byte_level(t.get_pre_tokenizer()?) {
             return None;
         }
-        let adds_nothing = match t.get_post_processor() {
-            None => true,
-            Some(p) => keeps_offsets(p)?,
+        let post = match t.get_post_processor() {
+            None => Post {
+                adds_nothing: true,
+                keeps_offsets: true,
+            },
+            Some(p) => post(p)?,
         };
         Some(Words {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             direct: Direct::new(t),
-            adds_nothing,
+            adds_nothing: post.adds_nothing,
+            keeps_offsets: post.keeps_offsets,
         })
     }
 
@@ -406,18 +414,43 @@ fn last_is_byte_level(p: &PreTokenizerWrapper) -> bool {
     }
 }
 
-/// Whether post-processor `p` leaves ids and offsets alone without special tokens: `Some`
-/// of whether it adds no token with them either, `None` where it changes something.
-fn keeps_offsets(p: &PostProcessorWrapper) -> Option<bool> {
+/// What post-processor `p` does to an encoding: `None` where it may change the ids without
+/// special tokens.
+fn post(p: &PostProcessorWrapper) -> Option<Post> {
     match p {
-        PostProcessorWrapper::ByteLevel(b) => (!b.trim_offsets).then_some(true),
-        PostProcessorWrapper::Template(_) => Some(false),
-        PostProcessorWrapper::Sequence(s) => s
-            .as_ref()
-            .iter()
-            .try_fold(true, |all, p| Some(all && keeps_offsets(p)?)),
+        PostProcessorWrapper::ByteLevel(b) => Some(Post {
+            adds_nothing: true,
+            keeps_offsets: !b.trim_offsets,
+        }),
+        // Without special tokens a template keeps the sequence as it is.
+        PostProcessorWrapper::Template(_) => Some(Post {
+            adds_nothing: false,
+            keeps_offsets: true,
+        }),
+        PostProcessorWrapper::Sequence(s) => s.as_ref().iter().try_fold(
+            Post {
+                adds_nothing: true,
+                keeps_offsets: true,
+            },
+            |all, p| {
+                let one = post(p)?;
+                Some(Post {
+                    adds_nothing: all.adds_nothing && one.adds_nothing,
+                    keeps_offsets: all.keeps_offsets && one.keeps_offsets,
+                })
+            },
+        ),
         _ => None,
     }
+}
+
+/// What a post-processor does to ids and offsets without special tokens (it keeps the ids).
+#[derive(Clone, Copy)]
+struct Post {
+    /// It adds no token with special tokens either.
+    adds_nothing: bool,
+    /// It leaves the offsets alone (a byte-level one that trims them does not).
+    keeps_offsets: bool,
 }
 
 /// Whether `word` is GPT-2's byte-level form of `bytes`: a character a byte.
@@ -735,13 +768,19 @@ mod tests {
     }
 
     #[test]
-    fn tokenizers_whose_steps_move_offsets_are_not_cached() {
+    fn tokenizers_whose_steps_move_offsets_keep_their_own() {
         let t = tokenizer(Value::Null, byte_level(true, true), Value::Null);
         assert!(Words::new(&t).is_none(), "a prefix space");
         let trim = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
             "use_regex": false});
         let t = tokenizer(Value::Null, qwen(), trim);
-        assert!(Words::new(&t).is_none(), "offsets trimmed");
+        let w = Words::new(&t).expect("the ids are kept");
+        assert!(!w.keeps_offsets, "offsets trimmed");
+        for text in TEXTS {
+            let mut ids = Vec::new();
+            assert!(w.encode(&t, text, &mut ids, None).unwrap());
+            assert_eq!(ids, slow(&t, text).0, "{text:?}");
+        }
         let t = tokenizer(Value::Null, json!({"type": "Whitespace"}), Value::Null);
         assert!(Words::new(&t).is_none(), "not byte-level");
         // Words the pre-tokenizer cuts otherwise: checked, not cut here.
