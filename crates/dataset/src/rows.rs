@@ -198,13 +198,12 @@ pub fn encode_rows(
     let mut labels: Vec<u8> = Vec::new();
     let mut starts = vec![0u64];
     let counts = encode_each(files, encoder, &mut |ids, l| {
-        match dtype {
-            DType::U16 => data.extend(ids.iter().flat_map(|&t| (t as u16).to_le_bytes())),
-            _ => data.extend(ids.iter().flat_map(|&t| t.to_le_bytes())),
-        }
-        for (i, x) in l.iter().enumerate() {
+        crate::text_files::append_ids(&mut data, ids, dtype);
+        let at = labels.len();
+        labels.resize(at + l.len() * 8, 0);
+        for (i, (out, x)) in labels[at..].chunks_exact_mut(8).zip(l).enumerate() {
             let x = if i == 0 { -100 } else { *x };
-            labels.extend(x.to_le_bytes());
+            out.copy_from_slice(&x.to_le_bytes());
         }
         starts.push((data.len() / dtype.size()) as u64);
         Ok(())

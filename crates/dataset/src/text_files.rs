@@ -216,10 +216,7 @@ pub fn tokenize(
             )
         })?;
         for doc in &ids {
-            match dtype {
-                DType::U16 => data.extend(doc.iter().flat_map(|&t| (t as u16).to_le_bytes())),
-                _ => data.extend(doc.iter().flat_map(|&t| t.to_le_bytes())),
-            }
+            append_ids(data, doc, dtype);
             starts.push((data.len() / dtype.size()) as u64);
         }
         chunk.clear();
@@ -240,6 +237,21 @@ pub fn tokenize(
         dtype,
         format!("text:{field}:{}", encoder.fingerprint()),
     ))
+}
+
+/// `ids` appended to `data` as `dtype` (uint16 or uint32), little-endian.
+pub(crate) fn append_ids(data: &mut Vec<u8>, ids: &[u32], dtype: DType) {
+    let at = data.len();
+    data.resize(at + ids.len() * dtype.size(), 0);
+    if dtype == DType::U16 {
+        for (out, &t) in data[at..].chunks_exact_mut(2).zip(ids) {
+            out.copy_from_slice(&(t as u16).to_le_bytes());
+        }
+    } else {
+        for (out, &t) in data[at..].chunks_exact_mut(4).zip(ids) {
+            out.copy_from_slice(&t.to_le_bytes());
+        }
+    }
 }
 
 #[cfg(test)]
