@@ -111,20 +111,29 @@ impl Words {
         ids: &mut Vec<u32>,
         mut offsets: Option<&mut Vec<(usize, usize)>>,
     ) -> Result<bool, String> {
+        let (n_ids, n_offsets) = (ids.len(), offsets.as_ref().map_or(0, |o| o.len()));
+        let cut_back = |ids: &mut Vec<u32>, offsets: Option<&mut Vec<(usize, usize)>>| {
+            ids.truncate(n_ids);
+            if let Some(o) = offsets {
+                o.truncate(n_offsets);
+            }
+        };
         if let Some(d) = &self.direct {
-            let (n_ids, n_offsets) = (ids.len(), offsets.as_ref().map_or(0, |o| o.len()));
             if d.encode(self, t, text, ids, offsets.as_deref_mut())? {
                 return Ok(true);
             }
-            ids.truncate(n_ids);
-            if let Some(o) = offsets.as_deref_mut() {
-                o.truncate(n_offsets);
-            }
+            cut_back(ids, offsets.as_deref_mut());
         }
-        self.encode_checked(t, text, ids, offsets)
+        if self.encode_checked(t, text, ids, offsets.as_deref_mut())? {
+            return Ok(true);
+        }
+        cut_back(ids, offsets);
+        Ok(false)
     }
 
-    /// [`Self::encode`] through `tokenizers`' own split, each word checked.
+    /// [`Self::encode`] through `tokenizers`' own split, each word checked; `false` (what
+    /// it appended left for the caller to cut) where a word is not the byte-level form of
+    /// its text.
     fn encode_checked(
         &self,
         t: &Tokenizer,
@@ -139,14 +148,6 @@ impl Words {
         if let Some(p) = t.get_pre_tokenizer() {
             p.pre_tokenize(&mut pre).map_err(failed)?;
         }
-        let (n_ids, n_offsets) = (ids.len(), offsets.as_ref().map_or(0, |o| o.len()));
-        let undo = |ids: &mut Vec<u32>, offsets: Option<&mut Vec<(usize, usize)>>| {
-            ids.truncate(n_ids);
-            if let Some(o) = offsets {
-                o.truncate(n_offsets);
-            }
-            Ok(false)
-        };
         let bytes = text.as_bytes();
         for (word, (start, end), tokens) in
             pre.get_splits(OffsetReferential::Original, OffsetType::Byte)
@@ -154,10 +155,10 @@ impl Words {
             if let Some(tokens) = tokens {
                 // An added token: the text itself, not normalized.
                 let [tok] = tokens.as_slice() else {
-                    return undo(ids, offsets);
+                    return Ok(false);
                 };
                 if text.get(start..end) != Some(word) || tok.offsets != (0, word.len()) {
-                    return undo(ids, offsets);
+                    return Ok(false);
                 }
                 ids.push(tok.id);
                 if let Some(o) = offsets.as_deref_mut() {
@@ -169,13 +170,13 @@ impl Words {
                 continue;
             }
             if end < start || !is_byte_level_of(word, bytes.get(start..end).unwrap_or(&[])) {
-                return undo(ids, offsets);
+                return Ok(false);
             }
             let Some(key) = text.get(start..end) else {
-                return undo(ids, offsets);
+                return Ok(false);
             };
             if !self.word(t, key, Some(word), start, text, ids, offsets.as_deref_mut())? {
-                return undo(ids, offsets);
+                return Ok(false);
             }
         }
         Ok(true)
