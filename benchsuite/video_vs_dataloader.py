@@ -185,7 +185,7 @@ def clip_pyav(data, args):
         got = {}
         for frame in container.decode(stream):
             if frame.pts in wanted:
-                got[frame.pts] = frame.to_ndarray(format="rgb24")
+                got[frame.pts] = frame.to_ndarray(format="rgb24", threads=1)
             if frame.pts >= pts[indices[-1]]:
                 break
     frames = torch.from_numpy(np.stack([got[pts[i]] for i in indices]))

@@ -663,6 +663,8 @@ impl Loader {
             on_error: self.options.on_error,
             pad: self.options.pad,
             assist: None,
+            helpers: Default::default(),
+            share: 0,
         };
         let limits = self.tuner.as_mut().map(|t| {
             t.run_started();

@@ -6,8 +6,11 @@
 //! takes slots strictly in batch order. So the delivered stream depends only on the plan,
 //! never on which worker built what or when; the ring bounds memory (no worker runs more than
 //! `workers + prefetch` batches ahead of the consumer) and needs no per-sample
-//! synchronisation. Threads are created lazily on the first `next()` of an epoch (fork-safe)
-//! and stop when the epoch ends or the run is dropped.
+//! synchronisation. Two exceptions share a batch's work among workers: the run's first batch
+//! has its reads split among all of them ([`Assist`]), and a worker that finds no batch left to
+//! claim helps the batches still being built with their transforms ([`Helpers`]), so the end
+//! of a run does not leave workers idle. Threads are created lazily on the first `next()` of
+//! an epoch (fork-safe) and stop when the epoch ends or the run is dropped.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -47,6 +50,210 @@ pub(crate) struct Job {
     /// The run's first batch, its reads shared out among the workers ([`Run::start`] sets it
     /// when there are several).
     pub(crate) assist: Option<Assist>,
+    /// The batches whose samples are being transformed, open to workers that have no batch
+    /// left to claim (the epoch's last batches).
+    pub(crate) helpers: Helpers,
+    /// The run's workers ([`Run::start`] sets it): transforms are shared when several.
+    pub(crate) share: usize,
+}
+
+/// Workers left without a batch at the end of a run help the batches still being built:
+/// each such batch's transforms are claimed sample by sample (in chunks), by its own worker
+/// and by the idle ones, each sample with its own RNG and writing its own rows of the batch
+/// buffers, so the batch is the same whoever transformed what. Without it, a run's last
+/// `workers - 1` batches each take one worker's time while the others wait: with few batches
+/// an epoch (videos, large images) that is a large part of the epoch.
+#[derive(Default)]
+pub(crate) struct Helpers {
+    state: Mutex<HelpState>,
+    /// Signalled when a batch opens its work, when a batch is filed, and on cancellation.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct HelpState {
+    /// The batches whose transforms may be shared.
+    open: Vec<Arc<Work>>,
+    /// Batches claimed and not yet filed.
+    building: usize,
+}
+
+impl Helpers {
+    fn lock(&self) -> MutexGuard<'_, HelpState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A batch was claimed.
+    fn claimed(&self) {
+        self.lock().building += 1;
+    }
+
+    /// A batch was filed.
+    fn filed(&self) {
+        self.lock().building -= 1;
+        self.changed.notify_all();
+    }
+
+    /// Wakes the idle workers (the run is cancelled, or the first batch's reads are open).
+    fn wake(&self) {
+        let _state = self.lock();
+        self.changed.notify_all();
+    }
+
+    /// An idle worker's life at the end of a run: helps the first batch's reads (when the
+    /// run has fewer batches than workers) and each open batch's transforms until no batch
+    /// is being built (or the run is cancelled).
+    fn help_until_done(&self, job: &Job) {
+        loop {
+            let work = {
+                let mut state = self.lock();
+                loop {
+                    if job.cancel.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if let Some(a) = job.assist.as_ref().filter(|a| a.unclaimed()) {
+                        drop(state);
+                        a.help(job);
+                        state = self.lock();
+                        continue;
+                    }
+                    let Some(t) = &job.transform else {
+                        if state.building == 0 {
+                            return;
+                        }
+                        state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                        continue;
+                    };
+                    // The lowest batch first: the consumer waits for it.
+                    if let Some(w) = state
+                        .open
+                        .iter()
+                        .filter(|w| w.unclaimed())
+                        .min_by_key(|w| w.batch)
+                    {
+                        break (Arc::clone(w), Arc::clone(t));
+                    }
+                    if state.building == 0 {
+                        return;
+                    }
+                    state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            work.0.help(job, work.1.as_ref());
+        }
+    }
+}
+
+/// One batch's transforms, shared: the samples, where each writes its rows, and who has done
+/// what.
+pub(crate) struct Work {
+    batch: u64,
+    /// The batch's first plan position (a failed sample's replacement is searched from it).
+    lo: u64,
+    samples: Vec<Mutex<Option<Sample>>>,
+    /// Each slot's buffer (its address) and row size; sample `k` writes bytes
+    /// `k * row .. (k + 1) * row` of each.
+    rows: Vec<(usize, usize)>,
+    chunk: usize,
+    next: AtomicUsize,
+    /// Samples transformed (or failed), and each failure.
+    done: Mutex<(usize, Vec<Option<Error>>)>,
+    finished: Condvar,
+}
+
+impl Work {
+    fn unclaimed(&self) -> bool {
+        self.next.load(Ordering::Relaxed) * self.chunk < self.samples.len()
+    }
+
+    /// Transforms unclaimed chunks of samples until none is left.
+    fn help(&self, job: &Job, t: &dyn Transform) {
+        let n = self.samples.len();
+        loop {
+            let c = self.next.fetch_add(1, Ordering::AcqRel);
+            let start = c.saturating_mul(self.chunk);
+            if start >= n {
+                return;
+            }
+            let end = (start + self.chunk).min(n);
+            let failed: Vec<(usize, Error)> = (start..end)
+                .filter_map(|k| self.transform(job, t, k).err().map(|e| (k, e)))
+                .collect();
+            let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            done.0 += end - start;
+            for (k, e) in failed {
+                done.1[k] = Some(e);
+            }
+            drop(done);
+            self.finished.notify_all();
+        }
+    }
+
+    /// Sample `k`: transformed into its rows (or, with `on_error="skip"`, replaced), put back.
+    fn transform(&self, job: &Job, t: &dyn Transform, k: usize) -> Result<(), Error> {
+        let cell = &self.samples[k];
+        let Some(mut s) = cell.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Ok(());
+        };
+        let (index, key) = (s.index, s.key.clone());
+        let run = || {
+            // SAFETY: each row belongs to one sample, and each sample is claimed by one thread
+            // (`next` hands out each chunk once); the buffers outlive every claim, since their
+            // owner waits for all claimed samples ([`Opened`]'s drop) before touching or
+            // dropping them.
+            let mut out: Vec<&mut [u8]> = self
+                .rows
+                .iter()
+                .map(|&(base, row)| unsafe {
+                    std::slice::from_raw_parts_mut((base + k * row) as *mut u8, row)
+                })
+                .collect();
+            job.check_cancel(s.index)?;
+            match job.transform_one(t, &mut s, &mut out) {
+                Ok(()) => Ok(s),
+                Err(e) => job.replace(self.lo + k as u64, e, true, &mut out),
+            }
+        };
+        let s = catch_unwind(AssertUnwindSafe(run))
+            .unwrap_or_else(|p| Err(job.panicked(index, key, p)))?;
+        *cell.lock().unwrap_or_else(|e| e.into_inner()) = Some(s);
+        Ok(())
+    }
+}
+
+/// A batch's work, open to helpers while it lives; dropping it closes the work (no further
+/// claims) and waits for the samples already claimed, so no helper writes a buffer after.
+struct Opened<'a> {
+    helpers: &'a Helpers,
+    work: Arc<Work>,
+}
+
+impl<'a> Opened<'a> {
+    fn new(helpers: &'a Helpers, work: Arc<Work>) -> Self {
+        helpers.lock().open.push(Arc::clone(&work));
+        helpers.changed.notify_all();
+        Opened { helpers, work }
+    }
+}
+
+impl Drop for Opened<'_> {
+    fn drop(&mut self) {
+        self.helpers
+            .lock()
+            .open
+            .retain(|w| !Arc::ptr_eq(w, &self.work));
+        let w = &self.work;
+        let n = w.samples.len();
+        let claimed = w
+            .next
+            .swap(usize::MAX / 2, Ordering::AcqRel)
+            .saturating_mul(w.chunk)
+            .min(n);
+        let mut done = w.done.lock().unwrap_or_else(|e| e.into_inner());
+        while done.0 < claimed {
+            done = w.finished.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 /// The first batch of a run with its reads shared out among the workers: each worker takes
@@ -90,6 +297,12 @@ impl Assist {
         self.results.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether chunks are left to read (and the batch's worker has opened it).
+    fn unclaimed(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+            && self.next.load(Ordering::Relaxed) * self.chunk < self.ids.len()
+    }
+
     /// Reads unclaimed chunks until none is left (nothing once the batch is read).
     fn help(&self, job: &Job) {
         if !self.open.load(Ordering::Acquire) {
@@ -115,6 +328,9 @@ impl Assist {
     /// the reads in order.
     fn gather(&self, job: &Job) -> Vec<Result<Sample, Error>> {
         self.open.store(true, Ordering::Release);
+        // Workers with no batch of their own (a run of fewer batches than workers) wait on
+        // the helpers' signal.
+        job.helpers.wake();
         self.help(job);
         let mut results = self.lock();
         while results.iter().any(Option::is_none) {
@@ -204,21 +420,39 @@ impl Job {
                 .iter()
                 .map(|s| self.pool.take(s.nbytes() * n))
                 .collect();
-            for (k, s) in samples.iter_mut().enumerate() {
-                self.check_cancel(s.index)?;
-                let mut out: Vec<&mut [u8]> = bufs
-                    .iter_mut()
-                    .zip(slots)
-                    .map(|(b, slot)| {
-                        let row = slot.nbytes();
-                        &mut b.as_mut_slice()[k * row..(k + 1) * row]
-                    })
-                    .collect();
-                if let Err(e) = self.transform_one(t.as_ref(), s, &mut out) {
-                    let r = self.replace(lo + k as u64, e, true, &mut out)?;
-                    ids[k] = r.index;
-                    *s = r;
-                }
+            let rows = bufs
+                .iter_mut()
+                .zip(slots)
+                .map(|(b, slot)| (b.as_mut_slice().as_mut_ptr() as usize, slot.nbytes()))
+                .collect();
+            let work = Arc::new(Work {
+                batch: b,
+                lo,
+                samples: samples.drain(..).map(|s| Mutex::new(Some(s))).collect(),
+                rows,
+                chunk: n.div_ceil(4 * self.share.max(1)).max(1),
+                next: AtomicUsize::new(0),
+                done: Mutex::new((0, (0..n).map(|_| None).collect())),
+                finished: Condvar::new(),
+            });
+            {
+                let _opened =
+                    (self.share > 1).then(|| Opened::new(&self.helpers, Arc::clone(&work)));
+                work.help(self, t.as_ref());
+            }
+            let mut done = work.done.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = done.1.iter_mut().find_map(Option::take) {
+                return Err(e);
+            }
+            drop(done);
+            for (k, cell) in work.samples.iter().enumerate() {
+                let s = cell
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take()
+                    .expect("every sample transformed or failed");
+                ids[k] = s.index;
+                samples.push(s);
             }
             for (slot, buf) in slots.iter().zip(bufs) {
                 let mut shape = Vec::with_capacity(slot.shape.len() + 1);
@@ -469,6 +703,7 @@ impl Run {
             ),
             None => (workers, cap as u64),
         };
+        job.share = workers;
         if workers >= 2 && job.num_batches() > 0 {
             let (lo, hi) = job.batch_range(0);
             let mut ids = Vec::with_capacity((hi - lo) as usize);
@@ -594,6 +829,7 @@ impl Drop for Run {
             self.shared.room.notify_all();
             self.shared.ready.notify_all();
         }
+        self.shared.job.helpers.wake();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -620,7 +856,16 @@ fn worker(shared: &Shared, k: usize) {
         let b = {
             let mut ring = shared.lock();
             loop {
-                if job.cancel.load(Ordering::Relaxed) || ring.next_claim >= total {
+                if job.cancel.load(Ordering::Relaxed) {
+                    return;
+                }
+                if ring.next_claim >= total {
+                    // Nothing left to claim: help the batches still being built.
+                    let helps = k < ring.active;
+                    drop(ring);
+                    if helps {
+                        job.helpers.help_until_done(job);
+                    }
                     return;
                 }
                 if k < ring.active && ring.next_claim < ring.next_deliver + ring.ahead {
@@ -631,6 +876,7 @@ fn worker(shared: &Shared, k: usize) {
             ring.next_claim += 1;
             // The gauges change under the ring's lock, so they never count a batch twice.
             job.stats.claimed();
+            job.helpers.claimed();
             ring.next_claim - 1
         };
         let result = build_guarded(job, b);
@@ -639,6 +885,7 @@ fn worker(shared: &Shared, k: usize) {
         job.stats.filed();
         drop(ring);
         shared.ready.notify_one();
+        job.helpers.filed();
     }
 }
 

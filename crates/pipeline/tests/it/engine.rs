@@ -586,3 +586,167 @@ fn failed_reads_in_the_shared_first_batch_match_one_worker() {
     let e = strict.next().unwrap().unwrap_err().to_string();
     assert!(e.contains("sample 1 is bad"), "{e}");
 }
+
+/// Which thread transformed each sample.
+type Threads = Arc<std::sync::Mutex<std::collections::HashMap<u64, std::thread::ThreadId>>>;
+
+/// A slow transform writing a slot (`y`: the sample's RNG draw and index, as a native op
+/// writes its pixels into the batch), failing on the indices in `bad`, and noting which
+/// thread transformed each sample.
+struct Tail {
+    slots: Vec<chute_core::Slot>,
+    bad: Vec<u64>,
+    threads: Threads,
+}
+
+impl chute_core::Transform for Tail {
+    fn apply(&self, s: &mut Sample, rng: &mut SampleRng) -> Result<(), BoxError> {
+        std::thread::sleep(Duration::from_millis(15));
+        self.threads
+            .lock()
+            .unwrap()
+            .insert(s.index, std::thread::current().id());
+        if self.bad.contains(&s.index) {
+            return Err(format!("bad sample {}", s.index).into());
+        }
+        let v = [rng.next_u64(), s.index];
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        s.set(
+            "y",
+            chute_core::Field::Array(chute_core::Array::new(
+                chute_core::DType::U64,
+                vec![2],
+                bytes::Bytes::from(bytes),
+            )),
+        );
+        Ok(())
+    }
+
+    fn slots(&self) -> &[chute_core::Slot] {
+        &self.slots
+    }
+}
+
+fn tail_loader(
+    workers: usize,
+    bad: &[u64],
+    on_error: chute_core::OnError,
+) -> (
+    Loader,
+    Arc<std::sync::Mutex<std::collections::HashMap<u64, std::thread::ThreadId>>>,
+) {
+    let threads = Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let loader = Loader::builder(Synthetic::new(&[20, 4]))
+        .batch_size(8)
+        .shuffle(Shuffle::Global)
+        .seed(5)
+        .num_workers(workers)
+        .on_error(on_error)
+        .transform(Tail {
+            slots: vec![chute_core::Slot {
+                name: "y".into(),
+                dtype: chute_core::DType::U64,
+                shape: vec![2],
+            }],
+            bad: bad.to_vec(),
+            threads: Arc::clone(&threads),
+        })
+        .build()
+        .unwrap();
+    (loader, threads)
+}
+
+type Ys = Vec<Result<(Vec<u8>, Vec<u64>), String>>;
+
+/// Each batch's `y` column and ids (or its error).
+fn ys(loader: &mut Loader) -> Ys {
+    loader
+        .map(|b| {
+            b.map(|b| {
+                let y = b.get("y").and_then(Column::as_tensor).expect("a y tensor");
+                (y.as_bytes().to_vec(), b.ids.clone())
+            })
+            .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_last_batches_are_transformed_by_the_idle_workers_too() {
+    // 24 samples in batches of 8 and 2 workers: the worker that did not claim the last batch
+    // has nothing to claim when it finishes its own, and helps with the last one.
+    let (mut one, _) = tail_loader(1, &[], chute_core::OnError::Raise);
+    let want = ys(&mut one);
+    assert_eq!(want.len(), 3);
+    for workers in [2] {
+        let (mut loader, threads) = tail_loader(workers, &[], chute_core::OnError::Raise);
+        for epoch in 0..2 {
+            let got = ys(&mut loader);
+            if epoch == 0 {
+                assert_eq!(got, want, "{workers} workers");
+            }
+            let (_, ids) = got.last().unwrap().as_ref().unwrap();
+            let threads = threads.lock().unwrap();
+            let by: std::collections::HashSet<_> = ids.iter().map(|id| threads[id]).collect();
+            assert!(
+                by.len() >= 2,
+                "{workers} workers, epoch {epoch}: the last batch's 8 samples (15 ms each) were \
+                 transformed by {} thread(s)",
+                by.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn shared_transforms_fail_and_skip_as_one_worker_does() {
+    // Samples 17 and 21 fail: the first failed sample of the batch (in its order) is the
+    // batch's error; with skip, each is replaced by the next sample that transforms.
+    let bad = [17, 21, 22];
+    for on_error in [chute_core::OnError::Raise, chute_core::OnError::Skip] {
+        let (mut one, _) = tail_loader(1, &bad, on_error);
+        let want = ys(&mut one);
+        for workers in [2, 3, 4] {
+            let (mut loader, _) = tail_loader(workers, &bad, on_error);
+            assert_eq!(ys(&mut loader), want, "{on_error:?}, {workers} workers");
+        }
+        assert!(
+            want.iter().any(Result::is_err) == (on_error == chute_core::OnError::Raise),
+            "{want:?}"
+        );
+    }
+}
+
+#[test]
+fn a_run_of_one_batch_is_read_by_every_worker() {
+    // One batch, three workers: the two without a batch read chunks of it (the shared first
+    // batch), and the batch is what one worker reads.
+    use chute_core::{Array, DType, Field, FnSource};
+    let readers: Threads = Arc::default();
+    let make = |workers: usize| {
+        let readers = Arc::clone(&readers);
+        let read = move |id: u64| -> Result<Sample, Error> {
+            std::thread::sleep(Duration::from_millis(10));
+            readers
+                .lock()
+                .unwrap()
+                .insert(id, std::thread::current().id());
+            let v = bytes::Bytes::copy_from_slice(&(id as i64).to_le_bytes());
+            Ok(Sample::new(id).with("v", Field::Array(Array::new(DType::I64, vec![], v))))
+        };
+        Loader::builder(FnSource::new("slow", 48, read))
+            .batch_size(64)
+            .shuffle(Shuffle::Global)
+            .seed(3)
+            .num_workers(workers)
+            .build()
+            .unwrap()
+    };
+    let want = run_to_end(&mut make(1), 0).unwrap();
+    readers.lock().unwrap().clear();
+    let got = run_to_end(&mut make(3), 0).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1.ids, want[0].1.ids);
+    let by: std::collections::HashSet<_> = readers.lock().unwrap().values().copied().collect();
+    assert!(by.len() >= 2, "48 reads of 10 ms by {} thread(s)", by.len());
+}
