@@ -7,8 +7,8 @@
 //! chunks of about [`ParquetOptions::piece_bytes`] decoded (16 MiB), each column by a reader
 //! that goes on where the last piece left it (or, for a piece read out of order, skips the
 //! pages before it by their headers); a flat numeric column chunk is read by chute's own
-//! reader (`parquet/flat.rs`: no zero fill, recycled page buffers), anything else by
-//! arrow-rs's.
+//! reader (`parquet/flat.rs`: no zero fill, recycled page buffers, pages with few nulls),
+//! anything else by arrow-rs's.
 //! A piece's chunks are a unit of the manifest
 //! ([`chute_core::Manifest::units`]): block shuffle reads pieces in random order and a
 //! piece's chunks together, so a piece is decoded once an epoch and only the pieces being
@@ -156,8 +156,9 @@ impl Reader {
             dt: &arrow_schema::DataType,
         ) -> Result<ArrayRef, flat::Unread> {
             let mut values = Vec::with_capacity(rows);
-            f.read(rows, &mut values)?;
-            flat::array(dt, arrow_buffer::Buffer::from_vec(values), rows).ok_or(flat::Unread)
+            let mut valid = None;
+            f.read(rows, &mut values, &mut valid)?;
+            flat::array(dt, arrow_buffer::Buffer::from_vec(values), rows, valid).ok_or(flat::Unread)
         }
         match self {
             Reader::Arrow(_) => None,
