@@ -1,7 +1,8 @@
 //! chute's own decoder for flat numeric columns: a top-level `int32`, `int64`, `float` or
-//! `double` column (no lists around it; nulls read from its definition levels) whose pages are PLAIN or
-//! dictionary-encoded and uncompressed or compressed by snappy, zstd, LZ4 (raw), or gzip:
-//! what pyarrow, Polars and Spark write for numeric features by default.
+//! `double` column (no lists around it) whose pages are PLAIN or dictionary-encoded and
+//! uncompressed or compressed by snappy, zstd, LZ4 (raw), or gzip: what pyarrow, Polars and
+//! Spark write for numeric features by default. A page with a few nulls (at most a sixteenth
+//! of its rows) is read too: its definition levels become the array's validity bits.
 //!
 //! arrow-rs decodes such a column into buffers it zero-fills first (each page decompressed,
 //! each dictionary, each batch of values), and it reads a dictionary page into a buffer of
@@ -12,8 +13,9 @@
 //! by their headers to start at a later row.
 //!
 //! Anything it does not read exactly as the Parquet format says (another encoding, a level
-//! that is neither 0 nor 1, a null count that its levels contradict, a page cut short, an index past the dictionary, an unknown page type) makes it give the
-//! piece back ([`Unread`]): arrow-rs then decodes it, with its own errors, and what it
+//! that is neither 0 nor 1, a null count that its levels contradict, a page cut short, an
+//! index past the dictionary, an unknown page type), and a page of more nulls, makes it give
+//! the piece back ([`Unread`]): arrow-rs then decodes it, with its own errors, and what it
 //! reports stays what chute reports.
 
 use std::io::Read;
